@@ -1,0 +1,330 @@
+// fusedcoll-kernel-bench: the shared tile kernels (ref/kernels.cpp) next to reference points, all
+// measured in one run with the repetitions randomly interleaved, so that drift of a noisy machine
+// hits every measurement alike. Ends with a table of ratios computed from the medians.
+//
+//   gemm_tile 512^3 (one tile)   vs  Eigen's single-threaded SGEMM, built with the project's
+//                                    default flags (SSE2 only) and with -mavx2 -mfma
+//   embedding_bag_rows (DLRM)    vs  memcpy of 256 MiB
+//
+// Byte convention for both GB/s figures: bytes read + bytes written (rows gathered x D x 4 plus
+// the pooled output; twice the size for memcpy). 1 GB = 1e9 bytes.
+//
+// Flags: --quick (tiny sizes, two repetitions: a smoke test), plus every Google Benchmark flag;
+// the defaults set below come first on the command line, so a flag given by the caller wins.
+
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusedcoll/detail/kernels.hpp"
+
+#if !defined(FUSEDCOLL_BENCH_NO_EIGEN_NATIVE)
+namespace fusedcoll::bench {
+// bench/eigen_native.cpp, compiled with -mavx2 -mfma.
+void eigen_native_gemm(const float* a, const float* b, float* c, std::int64_t n);
+}  // namespace fusedcoll::bench
+#endif
+
+namespace {
+
+using std::int64_t;
+
+struct Sizes {
+  int64_t gemm_n;      // square GEMM, computed as a single tile
+  int64_t table_rows;  // embedding table [table_rows, dim] f32
+  int64_t dim;
+  int64_t bags;        // bags per call
+  int64_t bag_len;     // indices per bag
+  int64_t index_sets;  // distinct index arrays, cycled per iteration, so that no call re-reads
+                       // the rows of the previous one from cache
+  int64_t copy_bytes;  // memcpy size
+  const char* repetitions;
+  const char* min_time;
+};
+
+// Full: the table (256 MiB) and the memcpy buffers are 8x the 32 MiB L3 of the machine measured.
+constexpr Sizes kFullSizes{512, 512 * 1024, 128, 4096, 32, 8, int64_t{256} << 20, "7", "0.5"};
+constexpr Sizes kQuickSizes{64, 4096, 128, 64, 32, 2, int64_t{4} << 20, "2", "0.01"};
+
+// Page-aligned, fully written before any timing, so page faults stay out of the measurements.
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+template <class T>
+using Buffer = std::unique_ptr<T[], FreeDeleter>;
+
+template <class T>
+Buffer<T> make_buffer(int64_t count) {
+  constexpr std::size_t kAlign = 4096;
+  const std::size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, bytes);
+  if (p == nullptr) {
+    std::fprintf(stderr, "fusedcoll-kernel-bench: cannot allocate %zu bytes\n", bytes);
+    std::exit(1);
+  }
+  std::memset(p, 0, bytes);
+  return Buffer<T>(static_cast<T*>(p));
+}
+
+void fill_uniform(float* p, int64_t count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < count; ++i) p[i] = dist(rng);
+}
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void eigen_default_gemm(const float* a, const float* b, float* c, int64_t n) {
+  const Eigen::Map<const RowMatrix> am(a, n, n);
+  const Eigen::Map<const RowMatrix> bm(b, n, n);
+  Eigen::Map<RowMatrix> cm(c, n, n);
+  cm.noalias() = am * bm;
+}
+
+#if !defined(FUSEDCOLL_BENCH_NO_EIGEN_NATIVE)
+bool cpu_has_avx2_fma() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+// Keeps the console output and remembers the median of every counter (or the single value when
+// the caller asked for one repetition).
+class MedianReporter : public benchmark::ConsoleReporter {
+ public:
+  // Colour only on a terminal: a reporter passed in does not see --benchmark_color.
+  MedianReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+
+  void ReportRuns(const std::vector<Run>& reports) override {
+    ConsoleReporter::ReportRuns(reports);
+    for (const Run& run : reports) {
+      if (run.error_occurred) continue;
+      const std::string& name = run.run_name.function_name;
+      const bool median = run.run_type == Run::RT_Aggregate && run.aggregate_name == "median";
+      const bool single = run.run_type == Run::RT_Iteration && run.repetitions <= 1;
+      if (!median && !single) continue;
+      for (const auto& [counter, value] : run.counters) values_[name][counter] = value.value;
+    }
+  }
+
+  // NaN when the benchmark did not run (filtered out, or not registered on this CPU).
+  double value(const std::string& benchmark, const std::string& counter) const {
+    const auto it = values_.find(benchmark);
+    if (it == values_.end()) return std::nan("");
+    const auto jt = it->second.find(counter);
+    return jt == it->second.end() ? std::nan("") : jt->second;
+  }
+
+ private:
+  std::map<std::string, std::map<std::string, double>> values_;
+};
+
+void print_value_row(const char* what, double value, const char* unit) {
+  if (std::isnan(value)) {
+    std::printf("  %-58s %10s\n", what, "not run");
+  } else {
+    std::printf("  %-58s %10.2f %s\n", what, value, unit);
+  }
+}
+
+void print_ratio_row(const char* what, double num, double den, const char* target) {
+  if (std::isnan(num) || std::isnan(den) || den == 0.0) {
+    std::printf("  %-58s %10s   %s\n", what, "n/a", target);
+  } else {
+    std::printf("  %-58s %10.2f   %s\n", what, num / den, target);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::vector<char*> user_args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--quick") {
+      quick = true;
+    } else {
+      user_args.push_back(argv[i]);
+    }
+  }
+  const Sizes& sz = quick ? kQuickSizes : kFullSizes;
+
+  std::vector<std::string> defaults = {
+      std::string("--benchmark_repetitions=") + sz.repetitions,
+      "--benchmark_enable_random_interleaving=true",
+      "--benchmark_report_aggregates_only=true",
+      std::string("--benchmark_min_time=") + sz.min_time,
+  };
+  std::vector<char*> args = {argv[0]};
+  for (std::string& d : defaults) args.push_back(d.data());
+  args.insert(args.end(), user_args.begin(), user_args.end());
+  int bench_argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&bench_argc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(bench_argc, args.data())) return 1;
+
+  Eigen::setNbThreads(1);
+  std::mt19937_64 rng(20240601);
+
+  // --- GEMM: A, B, C row-major n x n ---
+  const int64_t n = sz.gemm_n;
+  Buffer<float> ga = make_buffer<float>(n * n);
+  Buffer<float> gb = make_buffer<float>(n * n);
+  Buffer<float> gc = make_buffer<float>(n * n);
+  Buffer<float> ge = make_buffer<float>(n * n);
+  fill_uniform(ga.get(), n * n, rng);
+  fill_uniform(gb.get(), n * n, rng);
+  // Guard against timing a wrong product: the kernel and Eigen must agree to rounding.
+  fusedcoll::detail::gemm_tile(ga.get(), n, gb.get(), n, gc.get(), n, n, n, n);
+  eigen_default_gemm(ga.get(), gb.get(), ge.get(), n);
+  double max_diff = 0.0;
+  for (int64_t i = 0; i < n * n; ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(gc[i] - ge[i])));
+  }
+  if (!(max_diff < 1e-3)) {
+    std::fprintf(stderr, "gemm_tile and Eigen disagree: max |diff| = %g\n", max_diff);
+    return 1;
+  }
+  const double gflop = 2.0 * static_cast<double>(n) * n * n * 1e-9;
+  const std::string gemm_suffix = "/" + std::to_string(n);
+
+  const std::string gemm_name = "gemm_tile" + gemm_suffix;
+  benchmark::RegisterBenchmark(
+      gemm_name.c_str(),
+      [&](benchmark::State& state) {
+        for (auto _ : state) {
+          fusedcoll::detail::gemm_tile(ga.get(), n, gb.get(), n, gc.get(), n, n, n, n);
+          benchmark::DoNotOptimize(gc.get());
+          benchmark::ClobberMemory();
+        }
+        state.counters["GFLOP/s"] =
+            benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  const std::string eigen_name = "eigen_gemm_default_flags" + gemm_suffix;
+  benchmark::RegisterBenchmark(eigen_name.c_str(),
+                               [&](benchmark::State& state) {
+                                 for (auto _ : state) {
+                                   eigen_default_gemm(ga.get(), gb.get(), ge.get(), n);
+                                   benchmark::DoNotOptimize(ge.get());
+                                   benchmark::ClobberMemory();
+                                 }
+                                 state.counters["GFLOP/s"] = benchmark::Counter(
+                                     gflop, benchmark::Counter::kIsIterationInvariantRate);
+                               })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  const std::string eigen_native_name = "eigen_gemm_avx2_fma" + gemm_suffix;
+#if !defined(FUSEDCOLL_BENCH_NO_EIGEN_NATIVE)
+  if (cpu_has_avx2_fma()) {
+    benchmark::RegisterBenchmark(
+        eigen_native_name.c_str(),
+        [&](benchmark::State& state) {
+          for (auto _ : state) {
+            fusedcoll::bench::eigen_native_gemm(ga.get(), gb.get(), ge.get(), n);
+            benchmark::DoNotOptimize(ge.get());
+            benchmark::ClobberMemory();
+          }
+          state.counters["GFLOP/s"] =
+              benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+#endif
+
+  // --- Embedding: one table, `bags` bags of `bag_len` uniform random rows, sum pooling ---
+  const int64_t dim = sz.dim;
+  const int64_t bags = sz.bags;
+  const int64_t per_set = bags * sz.bag_len;
+  Buffer<float> table = make_buffer<float>(sz.table_rows * dim);
+  fill_uniform(table.get(), sz.table_rows * dim, rng);
+  Buffer<int64_t> offsets = make_buffer<int64_t>(bags + 1);
+  for (int64_t b = 0; b <= bags; ++b) offsets[b] = b * sz.bag_len;
+  Buffer<int64_t> indices = make_buffer<int64_t>(per_set * sz.index_sets);
+  std::uniform_int_distribution<int64_t> row_dist(0, sz.table_rows - 1);
+  for (int64_t i = 0; i < per_set * sz.index_sets; ++i) indices[i] = row_dist(rng);
+  Buffer<float> pooled = make_buffer<float>(bags * dim);
+  const double emb_gb = static_cast<double>(per_set * dim + bags * dim) * sizeof(float) * 1e-9;
+
+  const std::string emb_name = "embedding_bag_rows/D" + std::to_string(dim);
+  benchmark::RegisterBenchmark(
+      emb_name.c_str(),
+      [&](benchmark::State& state) {
+        int64_t set = 0;
+        for (auto _ : state) {
+          fusedcoll::detail::embedding_bag_rows(
+              table.get(), dim, dim, offsets.get(), indices.get() + set * per_set, nullptr,
+              fusedcoll::PoolingMode::sum, 0, bags, pooled.get(), dim);
+          benchmark::DoNotOptimize(pooled.get());
+          benchmark::ClobberMemory();
+          set = (set + 1) % sz.index_sets;
+        }
+        state.counters["GB/s"] =
+            benchmark::Counter(emb_gb, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  // --- memcpy ---
+  Buffer<char> src = make_buffer<char>(sz.copy_bytes);
+  Buffer<char> dst = make_buffer<char>(sz.copy_bytes);
+  std::memset(src.get(), 0x5a, sz.copy_bytes);
+  const double copy_gb = 2.0 * static_cast<double>(sz.copy_bytes) * 1e-9;
+  const std::string copy_name = "memcpy/" + std::to_string(sz.copy_bytes >> 20) + "MiB";
+  benchmark::RegisterBenchmark(copy_name.c_str(),
+                               [&](benchmark::State& state) {
+                                 for (auto _ : state) {
+                                   std::memcpy(dst.get(), src.get(), sz.copy_bytes);
+                                   benchmark::DoNotOptimize(dst.get());
+                                   benchmark::ClobberMemory();
+                                 }
+                                 state.counters["GB/s"] = benchmark::Counter(
+                                     copy_gb, benchmark::Counter::kIsIterationInvariantRate);
+                               })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  MedianReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+
+  const double fc_gemm = reporter.value(gemm_name, "GFLOP/s");
+  const double eigen_default = reporter.value(eigen_name, "GFLOP/s");
+  const double eigen_native = reporter.value(eigen_native_name, "GFLOP/s");
+  const double emb = reporter.value(emb_name, "GB/s");
+  const double copy = reporter.value(copy_name, "GB/s");
+  const std::string nnn = std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n);
+  const std::string emb_what = "embedding_bag_rows: " + std::to_string(sz.table_rows) + " x " +
+                               std::to_string(dim) + " f32 table, " + std::to_string(bags) +
+                               " bags x " + std::to_string(sz.bag_len);
+  const std::string copy_what = "memcpy " + std::to_string(sz.copy_bytes >> 20) + " MiB";
+
+  std::printf("\nKernel speed (medians; bytes = read + written; 1 GB = 1e9 B)\n");
+  print_value_row(("gemm_tile " + nnn + " (no FMA, pinned order)").c_str(), fc_gemm, "GFLOP/s");
+  print_value_row(("Eigen " + nnn + ", default flags (SSE2)").c_str(), eigen_default, "GFLOP/s");
+  print_value_row(("Eigen " + nnn + ", -mavx2 -mfma").c_str(), eigen_native, "GFLOP/s");
+  print_value_row(emb_what.c_str(), emb, "GB/s");
+  print_value_row(copy_what.c_str(), copy, "GB/s");
+  std::printf("\nRatios\n");
+  print_ratio_row("gemm_tile / Eigen default flags", fc_gemm, eigen_default, "target >= 0.5");
+  print_ratio_row("gemm_tile / Eigen -mavx2 -mfma", fc_gemm, eigen_native,
+                  "(Eigen uses FMA; the kernel may not)");
+  print_ratio_row("embedding_bag_rows / memcpy", emb, copy, "target >= 0.5");
+  return 0;
+}

@@ -1,0 +1,36 @@
+#pragma once
+/// @file
+/// The runtime knobs: every `FUSEDCOLL_*` environment variable fusedcoll reads is a field here,
+/// read once per process, and listed in docs/configuration.md. No other file calls `getenv`.
+
+#include <string>
+#include <vector>
+
+namespace fusedcoll {
+
+/// The parsed environment.
+struct Env {
+  /// Highest instruction set the shared tile kernels may use.
+  enum class KernelIsa { automatic, base, avx2, avx512 };
+
+  /// `FUSEDCOLL_KERNEL_ISA` = `auto` (default) | `base` (SSE2) | `avx2` | `avx512`: caps the
+  /// instruction set the tile kernels pick at run time. Results are bit-identical for every value;
+  /// the knob exists so that tests can prove it on a machine that has the wider sets.
+  KernelIsa kernel_isa = KernelIsa::automatic;
+
+  /// One line per variable whose value could not be parsed (that variable keeps its default).
+  /// `enforce_env()` turns them into an `InvalidArgument`.
+  std::vector<std::string> problems;
+
+  /// Parses the current process environment.
+  static Env from_environment();
+};
+
+/// The environment as read on first use. Never throws.
+const Env& env() noexcept;
+
+/// Throws `InvalidArgument` listing every unparsable `FUSEDCOLL_*` variable. Every entry point
+/// calls it before doing any work, so a typo in a knob is an error, not a silent default.
+void enforce_env();
+
+}  // namespace fusedcoll

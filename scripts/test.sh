@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# README command 2: set up, build, and run the whole test suite with ctest.
+# 1. Release build with warnings as errors: every test (unit, install/consumer).
+# 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the same tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs="$(nproc)"
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
+  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSEDCOLL_BUILD_TESTS=ON \
+  -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L ref
