@@ -12,7 +12,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSEDCOLL_BUILD_TESTS=ON \
+# -O1 -g without -DNDEBUG: the debug-only invariants (FC_DASSERT) run under the sanitizers too.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DFUSEDCOLL_BUILD_TESTS=ON \
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined
 cmake --build build-asan -j "$jobs"
 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L ref
