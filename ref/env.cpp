@@ -21,6 +21,25 @@ Env Env::from_environment() {
       e.problems.push_back(detail::make_string("FUSEDCOLL_KERNEL_ISA='", s,
                                                "' is not one of auto, base, avx2, avx512"));
   }
+  if (const char* v = std::getenv("FUSEDCOLL_TIMEOUT")) {
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(t > 0) || t > 1e6)
+      e.problems.push_back(detail::make_string("FUSEDCOLL_TIMEOUT='", v,
+                                               "' is not a number of seconds in (0, 1e6]"));
+    else
+      e.timeout_s = t;
+  }
+  if (const char* v = std::getenv("FUSEDCOLL_FUZZ_SEED")) {
+    char* end = nullptr;
+    const unsigned long long seed = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || v[0] == '-')
+      e.problems.push_back(detail::make_string("FUSEDCOLL_FUZZ_SEED='", v,
+                                               "' is not a non-negative integer"));
+    else
+      e.fuzz_seed = seed;
+  }
+  if (const char* v = std::getenv("FUSEDCOLL_TRACE")) e.trace_path = v;
   return e;
 }
 

@@ -18,6 +18,18 @@ struct Env {
   /// the knob exists so that tests can prove it on a machine that has the wider sets.
   KernelIsa kernel_isa = KernelIsa::automatic;
 
+  /// `FUSEDCOLL_TIMEOUT` = seconds (default 30): how long any emulator wait may block before the
+  /// run fails with `TimeoutError` naming who waited for what.
+  double timeout_s = 30.0;
+
+  /// `FUSEDCOLL_FUZZ_SEED` = integer (default 0 = off): the emulator's schedule fuzzing seed
+  /// (random workgroup order, random delays before puts and signals).
+  unsigned long long fuzz_seed = 0;
+
+  /// `FUSEDCOLL_TRACE` = path (default empty = off): the emulator writes a Chrome/Perfetto trace
+  /// of every kernel (one track per device compute unit) to this file when a `World` ends.
+  std::string trace_path;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;

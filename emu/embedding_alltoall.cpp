@@ -1,0 +1,322 @@
+// EmbeddingAllToAll on the emulator: pooled embedding-bag lookups fused with the All-to-All that
+// hands every rank the pooled vectors of its own samples (docs/semantics.md, "EmbeddingAllToAll").
+//
+// A tile is (local table, block of up to kBagBlock samples of ONE destination rank's batch
+// range). Every pooled element is computed by the shared kernel `detail::embedding_bag_rows`, so
+// the bits are ref/'s whatever the tiling, the schedule or the mode; the rest only moves bytes.
+//
+// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
+// w, w + grid, ...; the tile list is communication-aware (destinations rank+1, rank+2, ..., the
+// local rank's tiles last, see ops::remote_first).
+//
+// - scale_up (zero-copy): a WG pools its tile into a WG-local buffer and stores every row segment
+//   straight into its final place in the destination's output (whose address the ranks exchanged
+//   at entry: the emulator's stand-in for IPC-mapping the peer's buffer), then bumps the
+//   per-(source, destination) counter 'emb.from'[source] on the destination. A receiver knows from
+//   the agreed arguments how many tiles every source sends it; WG 0, after its own tiles, waits for
+//   all those counts. When the kernel returns the output is complete.
+// - scale_out: each remote destination q has a staging slice in this rank's symmetric scratch
+//   ('emb.stage', [B_q, T_p, D], in q's sample order). Tiles pool straight into it and bump the
+//   local done counter of q ('emb.done'[q]); the WG whose increment reaches the slice's tile count
+//   is the slice's last one and puts the whole slice into q's receive scratch ('emb.recv': the
+//   slices of all sources concatenated in rank order) with ONE put_signal on 'emb.arrive'[me].
+//   Tiles of the local rank pool straight into the local output. Then, in the same kernel, every
+//   WG waits for each source's slice and unpacks its share of the rows into the output
+//   ([B_q, T, D], tables of different owners interleaved by table id): copies only.
+// - unfused (the baseline): kernel 1 pools all local bags into L [B, T_p, D] ('emb.local');
+//   kernel 2 is the All-to-All: it puts each destination's block [B_q, T_p, D] into the
+//   destination's receive scratch with a signal on 'emb.a2a'[me] (every pair, even empty
+//   blocks), waits for all P blocks and permutes them into the output.
+//
+// Symmetric scratch sizes and slot keys depend only on the agreed (global) arguments, so every
+// rank makes the same collective scratch/slots calls. Slot counters are cumulative: targets come
+// from Rank::expect, never from resets. Each call starts with the rendezvous of `enter`, so no rank
+// can put into a receive buffer a peer is still unpacking from the previous call.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emu/ops.hpp"
+#include "fusedcoll/detail/kernels.hpp"
+
+namespace fusedcoll::emu::ops {
+namespace {
+
+/// Samples per tile.
+constexpr std::int64_t kBagBlock = 16;
+
+std::int64_t blocks_of(std::int64_t n) { return (n + kBagBlock - 1) / kBagBlock; }
+
+/// A rank's output as the other ranks see it: base address and strides in elements.
+struct OutRef {
+  float* data = nullptr;
+  std::int64_t s0 = 0;  // between samples
+  std::int64_t s1 = 0;  // between tables
+};
+
+/// One tile: local table `k`, samples `[i0, i1)` of destination `q`'s batch range (or of the
+/// global batch for the unfused pooling kernel, where `q` is unused).
+struct Tile {
+  int q = 0;
+  int k = 0;
+  std::int64_t i0 = 0;
+  std::int64_t i1 = 0;
+};
+
+/// Everything the agreed arguments say about the whole problem.
+struct Plan {
+  int P = 1;
+  int me = 0;
+  std::int64_t T = 0;
+  std::int64_t D = 0;
+  PoolingMode pooling = PoolingMode::sum;
+  std::vector<std::int64_t> batch;          // [P]
+  std::vector<std::int64_t> start;          // [P + 1]
+  std::vector<std::int64_t> tp;             // [P] tables per rank
+  std::vector<std::int64_t> tables_before;  // [P + 1]
+  std::vector<std::vector<std::int64_t>> ids;  // [P][T_p]: global id of each rank's k-th table
+
+  explicit Plan(const EmbeddingAllToAllArgs& a, int rank, int size)
+      : P(size), me(rank), T(static_cast<std::int64_t>(a.owner.size())), D(a.dim),
+        pooling(a.pooling), batch(a.batch_sizes), start(size + 1, 0), tp(size, 0),
+        tables_before(size + 1, 0), ids(size) {
+    for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
+    for (std::int64_t t = 0; t < T; ++t) {
+      ++tp[a.owner[t]];
+      ids[a.owner[t]].push_back(t);
+    }
+    for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
+  }
+  std::int64_t global_batch() const { return start[P]; }
+  /// Tiles rank p computes for destination q (the same formula on every rank).
+  std::int64_t tiles(int p, int q) const { return tp[p] * blocks_of(batch[q]); }
+  /// Floats of the slice p sends q: [B_q, T_p, D].
+  std::int64_t slice_floats(int p, int q) const { return batch[q] * tp[p] * D; }
+  /// Where p's slice starts in q's receive buffer, in floats.
+  std::int64_t recv_offset(int p, int q) const { return batch[q] * tables_before[p] * D; }
+  /// Symmetric sizes in bytes, identical on every rank.
+  std::size_t stage_bytes() const {
+    const std::int64_t max_tp = *std::max_element(tp.begin(), tp.end());
+    return static_cast<std::size_t>(global_batch() * max_tp * D) * sizeof(float);
+  }
+  std::size_t recv_bytes() const {
+    const std::int64_t max_b = *std::max_element(batch.begin(), batch.end());
+    return static_cast<std::size_t>(max_b * T * D) * sizeof(float);
+  }
+  /// The tiles of this rank, destinations in communication-aware order, local rank last.
+  std::vector<Tile> fused_tiles() const {
+    std::vector<Tile> out;
+    for (int q : remote_first(me, P))
+      for (int k = 0; k < static_cast<int>(tp[me]); ++k)
+        for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
+          out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
+    return out;
+  }
+};
+
+/// Pools bags `[b0, b1)` (global sample ids) of one local table into `out` (row stride
+/// `out_stride` floats) with the shared kernel.
+void pool(const EmbeddingTableShard& sh, std::int64_t dim, PoolingMode mode, std::int64_t b0,
+          std::int64_t b1, float* out, std::int64_t out_stride) {
+  if (dim == 0 || b1 <= b0) return;  // nothing to write (and `out` may be null)
+  const auto* table = static_cast<const float*>(sh.weights.data());
+  const auto* weights = static_cast<const float*>(sh.per_sample_weights.data());
+  if (sh.offsets.dtype() == DType::i64) {
+    fusedcoll::detail::embedding_bag_rows(
+        table, sh.weights.stride(0), dim, static_cast<const std::int64_t*>(sh.offsets.data()),
+        static_cast<const std::int64_t*>(sh.indices.data()), weights, mode, b0, b1, out,
+        out_stride);
+  } else {
+    fusedcoll::detail::embedding_bag_rows(
+        table, sh.weights.stride(0), dim, static_cast<const std::int32_t*>(sh.offsets.data()),
+        static_cast<const std::int32_t*>(sh.indices.data()), weights, mode, b0, b1, out,
+        out_stride);
+  }
+}
+
+/// Copies rows `i = first, first + step, ...` of the block [B_me, T_p, D] received from `p` into
+/// their places in this rank's output.
+void unpack(const Plan& pl, int p, const float* block, const OutRef& out, std::int64_t first,
+            std::int64_t step) {
+  if (pl.D == 0) return;
+  const std::int64_t tpp = pl.tp[p];
+  const std::size_t row_bytes = static_cast<std::size_t>(pl.D) * sizeof(float);
+  for (std::int64_t i = first; i < pl.batch[pl.me]; i += step)
+    for (std::int64_t k = 0; k < tpp; ++k)
+      std::memcpy(out.data + i * out.s0 + pl.ids[p][k] * out.s1, block + (i * tpp + k) * pl.D,
+                  row_bytes);
+}
+
+void run_scale_up(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                  const std::vector<OutRef>& outs) {
+  const int P = pl.P, me = pl.me;
+  const int from = rk.slots("emb.from", P);
+  std::vector<std::uint64_t> target(P);
+  for (int p = 0; p < P; ++p)
+    target[p] = rk.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me)));
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = std::max(
+      1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()),
+                                                 rk.max_resident_wgs())));
+  const std::int64_t D = pl.D;
+  rk.launch("embedding_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
+    std::vector<float> buf(static_cast<std::size_t>(kBagBlock * D));
+    const std::size_t row_bytes = static_cast<std::size_t>(D) * sizeof(float);
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const std::int64_t t = pl.ids[me][tl.k];
+      wg.compute("pool", [&] {
+        pool(shards[tl.k], D, pl.pooling, pl.start[tl.q] + tl.i0, pl.start[tl.q] + tl.i1,
+             buf.data(), D);
+      });
+      if (D > 0) {
+        const OutRef& o = outs[tl.q];
+        for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
+          wg.store(tl.q, o.data + (tl.i0 + r) * o.s0 + t * o.s1, buf.data() + r * D, row_bytes);
+      }
+      wg.signal(tl.q, from + me, SignalOp::add, 1);
+    }
+    if (wg.wg() == 0)
+      for (int p : remote_first(me, P)) co_await wg.wait_until(from + p, Cmp::ge, target[p]);
+    co_return;
+  });
+}
+
+void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                   const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const SymBuffer stage = rk.scratch("emb.stage", pl.stage_bytes());
+  const SymBuffer recv = rk.scratch("emb.recv", pl.recv_bytes());
+  const int done = rk.slots("emb.done", P);
+  const int arrive = rk.slots("emb.arrive", P);
+  std::vector<std::uint64_t> done_target(P, 0), arrive_target(P, 0);
+  for (int q = 0; q < P; ++q)
+    if (q != me) done_target[q] = rk.expect(done + q, static_cast<std::uint64_t>(pl.tiles(me, q)));
+  // A source sends a slice (one signal) exactly when it has tiles for us.
+  for (int p = 0; p < P; ++p)
+    if (p != me) arrive_target[p] = rk.expect(arrive + p, pl.tiles(p, me) > 0 ? 1 : 0);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = std::max(
+      1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()),
+                                                 rk.max_resident_wgs())));
+  const std::int64_t D = pl.D, tpm = pl.tp[me];
+  rk.launch("embedding_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
+    float* st = wg.local_as<float>(stage);
+    // Phase 1: tiles. Remote ones fill q's staging slice; the slice's last WG sends it.
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
+      if (tl.q == me) {
+        if (D > 0) {
+          float* dst = mine.data + tl.i0 * mine.s0 + pl.ids[me][tl.k] * mine.s1;
+          wg.compute("pool", [&] { pool(shards[tl.k], D, pl.pooling, b0, b1, dst, mine.s0); });
+        }
+        continue;
+      }
+      float* slice = st + pl.start[tl.q] * tpm * D;  // [B_q, T_me, D]
+      wg.compute("pool", [&] {
+        pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
+      });
+      const std::uint64_t now = wg.add_local(done + tl.q, 1);
+      if (now == done_target[tl.q]) {
+        wg.put_signal(tl.q, recv,
+                      static_cast<std::size_t>(pl.recv_offset(me, tl.q)) * sizeof(float), slice,
+                      static_cast<std::size_t>(pl.slice_floats(me, tl.q)) * sizeof(float),
+                      arrive + me, SignalOp::add, 1);
+      }
+    }
+    // Phase 2: every WG unpacks its share of each received slice once it has landed.
+    const float* rv = wg.local_as<const float>(recv);
+    const std::int64_t w = wg.wg(), g = wg.num_wgs();
+    for (int p : remote_first(me, P)) {
+      if (p == me || pl.tiles(p, me) == 0) continue;
+      co_await wg.wait_until(arrive + p, Cmp::ge, arrive_target[p]);
+      unpack(pl, p, rv + pl.recv_offset(p, me), mine, w, g);
+    }
+    co_return;
+  });
+}
+
+void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                 const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const SymBuffer local = rk.scratch("emb.local", pl.stage_bytes());
+  const SymBuffer recv = rk.scratch("emb.recv", pl.recv_bytes());
+  const int arrive = rk.slots("emb.a2a", P);
+  const std::int64_t D = pl.D, tpm = pl.tp[me], B = pl.global_batch();
+
+  // Kernel 1: pool every local bag into L [B, T_me, D].
+  std::vector<Tile> tiles;
+  for (int k = 0; k < static_cast<int>(tpm); ++k)
+    for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
+      tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
+  const int grid1 = static_cast<int>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
+  rk.launch("embedding_bag", grid1, [&](WgContext& wg) -> WgTask {
+    float* l = wg.local_as<float>(local);
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid1)) {
+      const Tile& tl = tiles[i];
+      wg.compute("pool", [&] {
+        pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, l + (tl.i0 * tpm + tl.k) * D, tpm * D);
+      });
+    }
+    co_return;
+  });
+
+  // Kernel 2: the All-to-All(v) and the permutation into table-id order.
+  std::vector<std::uint64_t> target(P);
+  for (int p = 0; p < P; ++p) target[p] = rk.expect(arrive + p, 1);
+  const std::vector<int> order = remote_first(me, P);
+  const int grid2 = std::min(P, rk.max_resident_wgs());
+  rk.launch("embedding_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
+    const float* l = wg.local_as<const float>(local);
+    const float* rv = wg.local_as<const float>(recv);
+    const std::int64_t w = wg.wg(), g = wg.num_wgs();
+    for (std::int64_t j = w; j < P; j += g) {
+      const int q = order[static_cast<std::size_t>(j)];
+      wg.put_signal(q, recv, static_cast<std::size_t>(pl.recv_offset(me, q)) * sizeof(float),
+                    l + pl.start[q] * tpm * D,
+                    static_cast<std::size_t>(pl.slice_floats(me, q)) * sizeof(float), arrive + me,
+                    SignalOp::add, 1);
+    }
+    for (int p : order) {
+      co_await wg.wait_until(arrive + p, Cmp::ge, target[p]);
+      unpack(pl, p, rv + pl.recv_offset(p, me), mine, w, g);
+    }
+    co_return;
+  });
+}
+
+}  // namespace
+
+void embedding_alltoall(Rank& rk, const EmbeddingAllToAllArgs& args, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  // The mode is part of the rendezvous key, so ranks calling different modes fail at entry.
+  const std::string name = std::string("embedding_alltoall ") + to_string(mode);
+  const auto all = enter(rk, name, args);
+  const Plan pl(args, rk.rank(), rk.size());
+  // Exchanging output addresses stands for registering / IPC-mapping the peers' outputs: scale_up
+  // stores straight into them. Nothing else of another rank is read.
+  std::vector<OutRef> outs(static_cast<std::size_t>(pl.P));
+  for (int q = 0; q < pl.P; ++q) {
+    const TensorView& o = all[q]->output;
+    outs[q] = {static_cast<float*>(o.data()), o.stride(0), o.stride(1)};
+  }
+  leave_args(rk, name);
+
+  switch (mode) {
+    case Mode::scale_up: run_scale_up(rk, pl, args.local_tables, outs); break;
+    case Mode::scale_out: run_scale_out(rk, pl, args.local_tables, outs[pl.me]); break;
+    case Mode::unfused: run_unfused(rk, pl, args.local_tables, outs[pl.me]); break;
+  }
+  rk.set_activity("returned from " + name);
+}
+
+}  // namespace fusedcoll::emu::ops

@@ -1,0 +1,332 @@
+// GemmAllToAll on the emulator: MoE expert GEMMs fused with the combine All-to-All that returns
+// every row's result to the rank that routed it (docs/semantics.md, "GemmAllToAll").
+//
+// A tile is (local expert e, source rank s, a block of up to kRowBlock of the c[s][e] rows s routed
+// to e, a block of up to kColBlock of the N output columns). Tiles split output dimensions only,
+// never K: every element is one call of the shared kernel `detail::gemm_tile`, so the bits are
+// ref/'s whatever the tiling, the schedule or the mode; everything else only moves bytes.
+//
+// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
+// w, w + grid, ...; the tile list is communication-aware (tiles whose rows return to rank+1,
+// rank+2, ... first, the local rank's tiles last, see ops::remote_first).
+//
+// - scale_up (zero-copy): a WG computes its tile into a WG-local buffer and stores it straight
+//   into its final rows of the source's output (whose address the ranks exchanged at entry), then
+//   bumps 'gemm.from'[host] on that source. Every rank knows from the agreed counts how many tiles
+//   each host sends it; WG 0, after its own tiles, waits for all of them.
+// - scale_out: each remote source s has a staging slice in this rank's symmetric scratch
+//   ('gemm.stage': this host's experts in increasing id, each with its c[s][e] rows, N columns).
+//   Tiles compute straight into it and bump the local done counter 'gemm.done'[s]; the WG whose
+//   increment completes the slice puts it into s's receive scratch ('gemm.recv': slices of all
+//   hosts concatenated in rank order) with ONE put_signal on 'gemm.arrive'[me]. Tiles of the local
+//   rank compute straight into the local output. In the same kernel every WG then waits for each
+//   host's slice and copies its share of the rows to their expert-ordered places in the output.
+// - unfused (the baseline): kernel 1 computes every local tile into the per-source row blocks of
+//   'gemm.stage'; kernel 2 is the All-to-All(v): a put_signal of every block (empty ones too) on
+//   'gemm.a2a'[me], then wait for all P blocks and reorder their rows into expert order.
+//
+// Scratch sizes and slot keys depend only on the agreed arguments (identical collective calls on
+// every rank); slot counters are cumulative (Rank::expect). The rendezvous of `enter` at the start
+// of each call keeps a fast rank from overwriting a receive buffer a peer is still unpacking.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emu/ops.hpp"
+#include "fusedcoll/detail/kernels.hpp"
+
+namespace fusedcoll::emu::ops {
+namespace {
+
+/// Rows and columns per tile.
+constexpr std::int64_t kRowBlock = 16;
+constexpr std::int64_t kColBlock = 64;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// A rank's output as the other ranks see it.
+struct OutRef {
+  float* data = nullptr;
+  std::int64_t ld = 0;  // row stride in elements
+};
+
+/// One tile: local expert `j`, rows `[r0, r1)` of the c[s][e] rows source `s` routed to it,
+/// columns `[n0, n1)`.
+struct Tile {
+  int s = 0;
+  int j = 0;
+  std::int64_t r0 = 0, r1 = 0, n0 = 0, n1 = 0;
+};
+
+/// Everything the agreed arguments say about the whole problem. Row counts are in rows of N
+/// floats.
+struct Plan {
+  int P = 1;
+  int me = 0;
+  std::int64_t E = 0, K = 0, N = 0;
+  std::vector<int> host;
+  std::vector<std::int64_t> counts;
+  std::vector<std::vector<int>> experts_of;        // [P]: experts hosted, increasing id
+  std::vector<std::vector<std::int64_t>> a0;       // [P][E]: first row of s's block in A_e
+  std::vector<std::vector<std::int64_t>> o0;       // [P][E]: first row of e's block in output_s
+  std::vector<std::vector<std::int64_t>> so;       // [P][E]: e's rows within host[e]'s slice for s
+  std::vector<std::vector<std::int64_t>> rows;     // [h][s]: rows h computes for s
+  std::vector<std::vector<std::int64_t>> stage_at; // [h][s]: where h's slice for s starts in h's stage
+  std::vector<std::vector<std::int64_t>> recv_at;  // [h][s]: where h's slice starts in s's recv
+
+  Plan(const GemmAllToAllArgs& a, int rank, int size)
+      : P(size), me(rank), E(static_cast<std::int64_t>(a.host.size())), K(a.k), N(a.n),
+        host(a.host), counts(a.counts), experts_of(size),
+        a0(size, std::vector<std::int64_t>(E, 0)), o0(size, std::vector<std::int64_t>(E, 0)),
+        so(size, std::vector<std::int64_t>(E, 0)), rows(size, std::vector<std::int64_t>(size, 0)),
+        stage_at(size, std::vector<std::int64_t>(size, 0)),
+        recv_at(size, std::vector<std::int64_t>(size, 0)) {
+    for (std::int64_t e = 0; e < E; ++e) experts_of[host[e]].push_back(static_cast<int>(e));
+    for (int s = 0; s < P; ++s) {
+      std::int64_t o = 0;
+      for (std::int64_t e = 0; e < E; ++e) {
+        if (s + 1 < P) a0[s + 1][e] = a0[s][e] + c(s, e);
+        o0[s][e] = o;
+        o += c(s, e);
+        const int h = host[e];
+        so[s][e] = rows[h][s];
+        rows[h][s] += c(s, e);
+      }
+    }
+    for (int h = 0; h < P; ++h)
+      for (int s = 1; s < P; ++s) stage_at[h][s] = stage_at[h][s - 1] + rows[h][s - 1];
+    for (int s = 0; s < P; ++s)
+      for (int h = 1; h < P; ++h) recv_at[h][s] = recv_at[h - 1][s] + rows[h - 1][s];
+  }
+  std::int64_t c(int s, std::int64_t e) const { return counts[static_cast<std::size_t>(s * E + e)]; }
+  /// Tiles host h computes for source s (the same formula on every rank).
+  std::int64_t tiles(int h, int s) const {
+    std::int64_t n = 0;
+    for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
+    return n * ceil_div(N, kColBlock);
+  }
+  /// Symmetric sizes in bytes, identical on every rank.
+  std::size_t stage_bytes() const {
+    std::int64_t most = 0;
+    for (int h = 0; h < P; ++h) most = std::max(most, stage_at[h][P - 1] + rows[h][P - 1]);
+    return static_cast<std::size_t>(most * N) * sizeof(float);
+  }
+  std::size_t recv_bytes() const {
+    std::int64_t most = 0;
+    for (int s = 0; s < P; ++s) most = std::max(most, recv_at[P - 1][s] + rows[P - 1][s]);
+    return static_cast<std::size_t>(most * N) * sizeof(float);
+  }
+  /// This rank's tiles for source s.
+  void add_tiles(int s, std::vector<Tile>& out) const {
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
+      for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
+        for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
+          out.push_back({s, j, r0, std::min(r0 + kRowBlock, c(s, experts_of[me][j])), n0,
+                         std::min(n0 + kColBlock, N)});
+  }
+  /// Communication-aware: sources rank+1, rank+2, ..., the local rank last.
+  std::vector<Tile> fused_tiles() const {
+    std::vector<Tile> out;
+    for (int s : remote_first(me, P)) add_tiles(s, out);
+    return out;
+  }
+};
+
+/// Computes a tile with the shared kernel into `dst` (row stride `ldd`).
+void compute_tile(const Plan& pl, const LocalExpert& ex, const Tile& tl, float* dst,
+                  std::int64_t ldd) {
+  const int e = pl.experts_of[pl.me][tl.j];
+  const auto* a = static_cast<const float*>(ex.a.data());
+  const auto* w = static_cast<const float*>(ex.w.data());
+  const std::int64_t lda = ex.a.stride(0), ldw = ex.w.stride(0);
+  if (pl.K > 0) {  // with K == 0 neither matrix has elements (and may be null)
+    a += (pl.a0[tl.s][e] + tl.r0) * lda;
+    w += tl.n0;
+  }
+  fusedcoll::detail::gemm_tile(a, lda, w, ldw, dst, ldd, tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K);
+}
+
+/// Copies the rows `first, first + step, ...` of the slice host `h` sent this rank into their
+/// places in the output (expert order).
+void unpack(const Plan& pl, int h, const float* slice, const OutRef& out, std::int64_t first,
+            std::int64_t step) {
+  const int s = pl.me;
+  const std::size_t row_bytes = static_cast<std::size_t>(pl.N) * sizeof(float);
+  if (row_bytes == 0) return;
+  for (int e : pl.experts_of[h]) {
+    const std::int64_t base = pl.so[s][e];  // slice row of e's first row
+    // The first of this expert's rows that falls to this WG.
+    const std::int64_t skip = ((first - base) % step + step) % step;
+    for (std::int64_t i = skip; i < pl.c(s, e); i += step)
+      std::memcpy(out.data + (pl.o0[s][e] + i) * out.ld, slice + (base + i) * pl.N, row_bytes);
+  }
+}
+
+int grid_for(const Rank& rk, std::size_t tiles) {
+  return std::max(1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles),
+                                                             rk.max_resident_wgs())));
+}
+
+void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
+                  const std::vector<OutRef>& outs) {
+  const int P = pl.P, me = pl.me;
+  const int from = rk.slots("gemm.from", P);
+  std::vector<std::uint64_t> target(P);
+  for (int h = 0; h < P; ++h)
+    target[h] = rk.expect(from + h, static_cast<std::uint64_t>(pl.tiles(h, me)));
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = grid_for(rk, tiles.size());
+  rk.launch("gemm_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
+    std::vector<float> buf(static_cast<std::size_t>(kRowBlock * std::min(kColBlock, pl.N)));
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const std::int64_t nr = tl.r1 - tl.r0, nc = tl.n1 - tl.n0;
+      wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, buf.data(), nc); });
+      const OutRef& o = outs[tl.s];
+      float* dst = o.data + (pl.o0[tl.s][pl.experts_of[me][tl.j]] + tl.r0) * o.ld + tl.n0;
+      if (nc == pl.N && (o.ld == pl.N || nr == 1)) {  // the tile is one contiguous block there
+        wg.store(tl.s, dst, buf.data(), static_cast<std::size_t>(nr * nc) * sizeof(float));
+      } else {
+        for (std::int64_t r = 0; r < nr; ++r)
+          wg.store(tl.s, dst + r * o.ld, buf.data() + r * nc,
+                   static_cast<std::size_t>(nc) * sizeof(float));
+      }
+      wg.signal(tl.s, from + me, SignalOp::add, 1);
+    }
+    if (wg.wg() == 0)
+      for (int h : remote_first(me, P)) co_await wg.wait_until(from + h, Cmp::ge, target[h]);
+    co_return;
+  });
+}
+
+void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
+                   const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const SymBuffer stage = rk.scratch("gemm.stage", pl.stage_bytes());
+  const SymBuffer recv = rk.scratch("gemm.recv", pl.recv_bytes());
+  const int done = rk.slots("gemm.done", P);
+  const int arrive = rk.slots("gemm.arrive", P);
+  std::vector<std::uint64_t> done_target(P, 0), arrive_target(P, 0);
+  for (int s = 0; s < P; ++s)
+    if (s != me) done_target[s] = rk.expect(done + s, static_cast<std::uint64_t>(pl.tiles(me, s)));
+  // A host sends a slice (one signal) exactly when it has tiles for us.
+  for (int h = 0; h < P; ++h)
+    if (h != me) arrive_target[h] = rk.expect(arrive + h, pl.tiles(h, me) > 0 ? 1 : 0);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = grid_for(rk, tiles.size());
+  const std::int64_t N = pl.N;
+  rk.launch("gemm_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
+    float* st = wg.local_as<float>(stage);
+    // Phase 1: tiles. Remote ones fill s's staging slice; the slice's last WG sends it.
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const int e = pl.experts_of[me][tl.j];
+      if (tl.s == me) {
+        float* dst = mine.data + (pl.o0[me][e] + tl.r0) * mine.ld + tl.n0;
+        wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, dst, mine.ld); });
+        continue;
+      }
+      float* slice = st + pl.stage_at[me][tl.s] * N;
+      wg.compute("gemm", [&] {
+        compute_tile(pl, experts[tl.j], tl, slice + (pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
+      });
+      const std::uint64_t now = wg.add_local(done + tl.s, 1);
+      if (now == done_target[tl.s]) {
+        wg.put_signal(tl.s, recv, static_cast<std::size_t>(pl.recv_at[me][tl.s] * N) * sizeof(float),
+                      slice, static_cast<std::size_t>(pl.rows[me][tl.s] * N) * sizeof(float),
+                      arrive + me, SignalOp::add, 1);
+      }
+    }
+    // Phase 2: every WG copies its share of each received slice once it has landed.
+    const float* rv = wg.local_as<const float>(recv);
+    const std::int64_t w = wg.wg(), g = wg.num_wgs();
+    for (int h : remote_first(me, P)) {
+      if (h == me || pl.tiles(h, me) == 0) continue;
+      co_await wg.wait_until(arrive + h, Cmp::ge, arrive_target[h]);
+      unpack(pl, h, rv + pl.recv_at[h][me] * N, mine, w, g);
+    }
+    co_return;
+  });
+}
+
+void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
+                 const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const SymBuffer stage = rk.scratch("gemm.stage", pl.stage_bytes());
+  const SymBuffer recv = rk.scratch("gemm.recv", pl.recv_bytes());
+  const int arrive = rk.slots("gemm.a2a", P);
+  const std::int64_t N = pl.N;
+
+  // Kernel 1: the expert GEMMs, into per-source row blocks.
+  std::vector<Tile> tiles;
+  for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& x, const Tile& y) { return x.j < y.j; });  // expert by expert
+  const int grid1 = static_cast<int>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
+  rk.launch("expert_gemm", grid1, [&](WgContext& wg) -> WgTask {
+    float* st = wg.local_as<float>(stage);
+    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
+         i += static_cast<std::size_t>(grid1)) {
+      const Tile& tl = tiles[i];
+      const int e = pl.experts_of[me][tl.j];
+      float* dst = st + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
+      wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, dst, N); });
+    }
+    co_return;
+  });
+
+  // Kernel 2: the All-to-All(v) of the row blocks and the reorder into expert order.
+  std::vector<std::uint64_t> target(P);
+  for (int h = 0; h < P; ++h) target[h] = rk.expect(arrive + h, 1);
+  const std::vector<int> order = remote_first(me, P);
+  const int grid2 = std::min(P, rk.max_resident_wgs());
+  rk.launch("gemm_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
+    const float* st = wg.local_as<const float>(stage);
+    const float* rv = wg.local_as<const float>(recv);
+    const std::int64_t w = wg.wg(), g = wg.num_wgs();
+    for (std::int64_t k = w; k < P; k += g) {
+      const int s = order[static_cast<std::size_t>(k)];
+      wg.put_signal(s, recv, static_cast<std::size_t>(pl.recv_at[me][s] * N) * sizeof(float),
+                    st + pl.stage_at[me][s] * N,
+                    static_cast<std::size_t>(pl.rows[me][s] * N) * sizeof(float), arrive + me,
+                    SignalOp::add, 1);
+    }
+    for (int h : order) {
+      co_await wg.wait_until(arrive + h, Cmp::ge, target[h]);
+      unpack(pl, h, rv + pl.recv_at[h][me] * N, mine, w, g);
+    }
+    co_return;
+  });
+}
+
+}  // namespace
+
+void gemm_alltoall(Rank& rk, const GemmAllToAllArgs& args, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  // The mode is part of the rendezvous key, so ranks calling different modes fail at entry.
+  const std::string name = std::string("gemm_alltoall ") + to_string(mode);
+  const auto all = enter(rk, name, args);
+  const Plan pl(args, rk.rank(), rk.size());
+  // Exchanging output addresses stands for registering / IPC-mapping the peers' outputs: scale_up
+  // stores straight into them. Nothing else of another rank is read.
+  std::vector<OutRef> outs(static_cast<std::size_t>(pl.P));
+  for (int s = 0; s < pl.P; ++s)
+    outs[s] = {static_cast<float*>(all[s]->output.data()), all[s]->output.stride(0)};
+  leave_args(rk, name);
+
+  switch (mode) {
+    case Mode::scale_up: run_scale_up(rk, pl, args.local_experts, outs); break;
+    case Mode::scale_out: run_scale_out(rk, pl, args.local_experts, outs[pl.me]); break;
+    case Mode::unfused: run_unfused(rk, pl, args.local_experts, outs[pl.me]); break;
+  }
+  rk.set_activity("returned from " + name);
+}
+
+}  // namespace fusedcoll::emu::ops

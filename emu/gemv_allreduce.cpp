@@ -1,0 +1,265 @@
+// GemvAllReduce on the emulator: the row-parallel GEMV fused with a direct (reduce-scatter +
+// all-gather) AllReduce. The output columns are split into owner chunks (`chunk_of(N, P, j)`),
+// each chunk into tiles of `kTileN` columns.
+//
+//   scale_up : a WG computes its partial of a tile, puts it into the owner's slot for its source
+//              rank and bumps the owner's per-tile counter; the owner's WG waits for all P
+//              partials, folds them in rank order and stores the reduced tile straight into every
+//              rank's y (zero-copy), bumping each rank's y counter.
+//   scale_out: tiles fill a local staging slice per owner; the WG that finishes a slice last puts
+//              it whole; owners reduce tiles into a reduced slice whose last WG puts it to every
+//              rank's gather buffer; every rank unpacks that into y.
+//   unfused  : a GEMV kernel writes the whole partial, then the emulator's AllReduce (direct).
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "emu/ops.hpp"
+#include "fusedcoll/detail/kernels.hpp"
+
+namespace fusedcoll::emu::ops {
+namespace {
+
+struct config {
+  // Columns per tile: 64 floats = 256 B rows, enough tiles per chunk to spread over the WGs.
+  static constexpr std::int64_t kTileN = 64;
+};
+
+struct Tile {
+  int owner;
+  std::int64_t n0, n1;  // output columns [n0, n1)
+};
+
+struct Plan {
+  int rank = 0, world = 1;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::vector<Chunk> chunks;    // owner chunk of every rank
+  std::vector<Tile> tiles;      // all tiles, owner-major
+  std::vector<int> compute;     // tile ids in communication-aware order (remote owners first)
+  std::vector<int> mine;        // tile ids this rank owns
+  const float* w = nullptr;
+  std::int64_t ldw = 0;
+  const float* x = nullptr;
+  std::int64_t ldx = 0;
+  // Every rank's y, exchanged at entry: the zero-copy destinations of the scale-up variant.
+  std::vector<float*> y;
+  std::vector<std::int64_t> ldy;
+};
+
+Plan make_plan(Rank& rk, const GemvAllReduceArgs& args,
+               const std::vector<const GemvAllReduceArgs*>& all) {
+  Plan p;
+  p.rank = rk.rank();
+  p.world = rk.size();
+  p.m = args.m;
+  p.n = args.n;
+  p.k = args.k_splits[p.rank];
+  p.w = static_cast<const float*>(args.w.data());
+  p.ldw = args.w.stride(0);
+  p.x = static_cast<const float*>(args.x.data());
+  p.ldx = args.x.stride(0);
+  for (int j = 0; j < p.world; ++j) {
+    p.chunks.push_back(chunk_of(p.n, p.world, j));
+    for (std::int64_t c = 0; c < p.chunks[j].length; c += config::kTileN) {
+      const std::int64_t n0 = p.chunks[j].offset + c;
+      p.tiles.push_back({j, n0, std::min(n0 + config::kTileN, p.chunks[j].offset + p.chunks[j].length)});
+    }
+  }
+  for (int owner : remote_first(p.rank, p.world))
+    for (int t = 0; t < static_cast<int>(p.tiles.size()); ++t)
+      if (p.tiles[t].owner == owner) p.compute.push_back(t);
+  for (int t = 0; t < static_cast<int>(p.tiles.size()); ++t)
+    if (p.tiles[t].owner == p.rank) p.mine.push_back(t);
+  for (const auto* a : all) {
+    p.y.push_back(static_cast<float*>(a->y.data()));
+    p.ldy.push_back(a->y.stride(0));
+  }
+  return p;
+}
+
+int grid_for(const Rank& rk, std::size_t work) {
+  return static_cast<int>(std::clamp<std::size_t>(work, 1, rk.max_resident_wgs()));
+}
+
+// Partial of tile `t` into `out` ([m][ld]), from this rank's K range.
+void partial_tile(const Plan& p, const Tile& t, float* out, std::int64_t ld) {
+  detail::gemv_rows(p.w + t.n0 * p.ldw, p.ldw, p.x, p.ldx, p.m, p.k, 0, t.n1 - t.n0, out, ld);
+}
+
+void run_scale_up(Rank& rk, const Plan& p) {
+  const std::size_t tile_floats = static_cast<std::size_t>(p.m * config::kTileN);
+  const std::size_t num_tiles = p.tiles.size();
+  // partials[src][tile][m][kTileN] on every rank; only the owner's copy of a tile is used.
+  const SymBuffer partials =
+      rk.scratch("gemv.partials", std::max<std::size_t>(1, p.world * num_tiles * tile_floats * 4));
+  const int part_slot = rk.slots("gemv.partial", static_cast<int>(std::max<std::size_t>(num_tiles, 1)));
+  const int y_slot = rk.slots("gemv.y", 1);
+  std::vector<std::uint64_t> part_target(num_tiles, 0);
+  for (int t : p.mine) part_target[t] = rk.expect(part_slot + t, p.world);
+  const std::uint64_t y_target = rk.expect(y_slot, num_tiles);
+  const int grid = grid_for(rk, num_tiles);
+
+  rk.launch("gemv_allreduce_scale_up", grid, [&](WgContext& wg) -> WgTask {
+    std::vector<float> buf(tile_floats);
+    for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
+      const int t = p.compute[i];
+      const Tile& tile = p.tiles[t];
+      wg.compute("gemv", [&] { partial_tile(p, tile, buf.data(), config::kTileN); });
+      const std::size_t offset = (p.rank * num_tiles + t) * tile_floats * 4;
+      wg.put_signal(tile.owner, partials, offset, buf.data(), tile_floats * 4, part_slot + t,
+                    SignalOp::add, 1);
+    }
+    for (std::size_t i = wg.wg(); i < p.mine.size(); i += grid) {
+      const int t = p.mine[i];
+      const Tile& tile = p.tiles[t];
+      co_await wg.wait_until(part_slot + t, Cmp::ge, part_target[t]);
+      const float* slots = wg.local_as<float>(partials);
+      // Fold in rank order, starting from rank 0's partial itself: the `direct` order.
+      std::memcpy(buf.data(), slots + t * tile_floats, tile_floats * 4);
+      wg.compute("reduce", [&] {
+        for (int src = 1; src < p.world; ++src)
+          detail::reduce_into(buf.data(), slots + (src * num_tiles + t) * tile_floats,
+                              static_cast<std::int64_t>(tile_floats), DType::f32, ReduceOp::sum);
+      });
+      const std::size_t row_bytes = (tile.n1 - tile.n0) * 4;
+      for (int q : remote_first(p.rank, p.world)) {
+        for (std::int64_t r = 0; r < p.m; ++r)
+          wg.store(q, p.y[q] + r * p.ldy[q] + tile.n0, buf.data() + r * config::kTileN, row_bytes);
+        wg.signal(q, y_slot, SignalOp::add, 1);
+      }
+    }
+    if (wg.wg() == 0) co_await wg.wait_until(y_slot, Cmp::ge, y_target);
+    co_return;
+  });
+}
+
+void run_scale_out(Rank& rk, const Plan& p) {
+  const int P = p.world;
+  std::int64_t max_chunk = 0;
+  for (const auto& c : p.chunks) max_chunk = std::max(max_chunk, c.length);
+  const std::size_t slice_floats = static_cast<std::size_t>(p.m * max_chunk);
+  // stage[j]: my partial of owner j's chunk, [m][len_j]; slices[src]: received partial slices;
+  // reduced: my reduced chunk; gathered[j]: owner j's reduced chunk, [m][len_j].
+  const SymBuffer stage = rk.scratch("gemv.stage", std::max<std::size_t>(1, P * slice_floats * 4));
+  const SymBuffer slices = rk.scratch("gemv.slices", std::max<std::size_t>(1, P * slice_floats * 4));
+  const SymBuffer reduced = rk.scratch("gemv.reduced", std::max<std::size_t>(1, slice_floats * 4));
+  const SymBuffer gathered = rk.scratch("gemv.gathered", std::max<std::size_t>(1, P * slice_floats * 4));
+  const int done_slot = rk.slots("gemv.slice_done", P);
+  const int arrive_slot = rk.slots("gemv.slice_arrive", 1);
+  const int rdone_slot = rk.slots("gemv.reduced_done", 1);
+  const int gather_slot = rk.slots("gemv.gathered", 1);
+  std::vector<std::uint64_t> done_target(P);
+  for (int j = 0; j < P; ++j) {
+    std::uint64_t tiles_j = 0;
+    for (const auto& t : p.tiles) tiles_j += t.owner == j;
+    done_target[j] = rk.expect(done_slot + j, tiles_j);
+  }
+  const std::uint64_t arrive_target = rk.expect(arrive_slot, P);
+  const std::uint64_t rdone_target = rk.expect(rdone_slot, p.mine.size());
+  const std::uint64_t gather_target = rk.expect(gather_slot, P);
+  const int grid = grid_for(rk, std::max<std::size_t>(p.tiles.size(), P));
+
+  rk.launch("gemv_allreduce_scale_out", grid, [&](WgContext& wg) -> WgTask {
+    float* stage_f = wg.local_as<float>(stage);
+    // A chunk with no tiles (N < P) has no last WG to ship it: announce the empty slice.
+    if (wg.wg() == 0)
+      for (int j : remote_first(p.rank, P))
+        if (p.chunks[j].length == 0) wg.signal(j, arrive_slot, SignalOp::add, 1);
+    for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
+      const int t = p.compute[i];
+      const Tile& tile = p.tiles[t];
+      const Chunk c = p.chunks[tile.owner];
+      float* slice = stage_f + tile.owner * slice_floats;
+      wg.compute("gemv", [&] { partial_tile(p, tile, slice + (tile.n0 - c.offset), c.length); });
+      // The WG that completes a slice (the done-mask reaches its target) ships it whole.
+      if (wg.add_local(done_slot + tile.owner, 1) == done_target[tile.owner])
+        wg.put_signal(tile.owner, slices, p.rank * slice_floats * 4, slice,
+                      static_cast<std::size_t>(p.m * c.length) * 4, arrive_slot, SignalOp::add, 1);
+    }
+    const Chunk mine = p.chunks[p.rank];
+    for (std::size_t i = wg.wg(); i < p.mine.size(); i += grid) {
+      const Tile& tile = p.tiles[p.mine[i]];
+      co_await wg.wait_until(arrive_slot, Cmp::ge, arrive_target);
+      const float* in = wg.local_as<float>(slices);
+      float* out = wg.local_as<float>(reduced);
+      const std::int64_t c0 = tile.n0 - mine.offset, width = tile.n1 - tile.n0;
+      wg.compute("reduce", [&] {
+        for (std::int64_t r = 0; r < p.m; ++r) {
+          float* acc = out + r * mine.length + c0;
+          std::memcpy(acc, in + r * mine.length + c0, width * 4);
+          for (int src = 1; src < P; ++src)
+            detail::reduce_into(acc, in + src * slice_floats + r * mine.length + c0, width,
+                                DType::f32, ReduceOp::sum);
+        }
+      });
+      if (wg.add_local(rdone_slot, 1) == rdone_target)
+        for (int q : remote_first(p.rank, P))
+          wg.put_signal(q, gathered, p.rank * slice_floats * 4, out,
+                        static_cast<std::size_t>(p.m * mine.length) * 4, gather_slot, SignalOp::add,
+                        1);
+    }
+    // An owner with an empty chunk still owes every rank its (empty) slice.
+    if (p.mine.empty() && wg.wg() == 0) {
+      co_await wg.wait_until(arrive_slot, Cmp::ge, arrive_target);
+      for (int q : remote_first(p.rank, P)) wg.signal(q, gather_slot, SignalOp::add, 1);
+    }
+    co_await wg.wait_until(gather_slot, Cmp::ge, gather_target);
+    const float* g = wg.local_as<float>(gathered);
+    for (int j = wg.wg(); j < P; j += grid) {
+      const Chunk c = p.chunks[j];
+      for (std::int64_t r = 0; r < p.m; ++r)
+        if (c.length > 0)
+          std::memcpy(p.y[p.rank] + r * p.ldy[p.rank] + c.offset, g + j * slice_floats + r * c.length,
+                      c.length * 4);
+    }
+    co_return;
+  });
+}
+
+void run_unfused(Rank& rk, const Plan& p) {
+  std::vector<float> partial(static_cast<std::size_t>(p.m * p.n));
+  std::vector<int> order(p.tiles.size());
+  for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+  const int grid = static_cast<int>(std::clamp<std::size_t>(order.size(), 1, rk.max_resident_wgs()));
+  rk.launch("gemv", grid, [&](WgContext& wg) -> WgTask {
+    for (std::size_t i = wg.wg(); i < order.size(); i += grid) {
+      const Tile& t = p.tiles[order[i]];
+      wg.compute("gemv", [&] {
+        detail::gemv_rows(p.w + t.n0 * p.ldw, p.ldw, p.x, p.ldx, p.m, p.k, 0, t.n1 - t.n0,
+                          partial.data() + t.n0, p.n);
+      });
+    }
+    co_return;
+  });
+  std::vector<float> y(partial.size());
+  AllReduceArgs ar;
+  ar.send = partial.data();
+  ar.recv = y.data();
+  ar.count = p.m * p.n;
+  ar.dtype = DType::f32;
+  ar.op = ReduceOp::sum;
+  ar.algo = AllReduceAlgo::direct;
+  all_reduce(rk, ar);
+  for (std::int64_t r = 0; r < p.m; ++r)
+    if (p.n > 0) std::memcpy(p.y[p.rank] + r * p.ldy[p.rank], y.data() + r * p.n, p.n * 4);
+}
+
+}  // namespace
+
+void gemv_allreduce(Rank& rk, const GemvAllReduceArgs& args, Mode mode) {
+  const std::string name = std::string("gemv_allreduce/") + to_string(mode);
+  const auto all = enter(rk, name, args);
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  const Plan plan = make_plan(rk, args, all);
+  leave_args(rk, name);
+  switch (mode) {
+    case Mode::scale_up: run_scale_up(rk, plan); break;
+    case Mode::scale_out: run_scale_out(rk, plan); break;
+    case Mode::unfused: run_unfused(rk, plan); break;
+  }
+  rk.set_activity("returned from " + name);
+}
+
+}  // namespace fusedcoll::emu::ops

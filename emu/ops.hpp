@@ -1,0 +1,53 @@
+#pragma once
+// The emulator's operators: one launcher per op, each reading like gloo's collectives — a block
+// of checks (`enter`), then a plain schedule of kernels. Kernels live in the op's .cpp file.
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "emu/runtime.hpp"
+#include "fusedcoll/communicator.hpp"
+#include "ref/validate.hpp"
+
+namespace fusedcoll::emu::ops {
+
+void embedding_alltoall(Rank& rk, const EmbeddingAllToAllArgs& args, Mode mode);
+void gemv_allreduce(Rank& rk, const GemvAllReduceArgs& args, Mode mode);
+void gemm_alltoall(Rank& rk, const GemmAllToAllArgs& args, Mode mode);
+void all_reduce(Rank& rk, const AllReduceArgs& args);
+void all_to_allv(Rank& rk, const AllToAllvArgs& args);
+void reduce_scatter(Rank& rk, const ReduceScatterArgs& args);
+void all_gather(Rank& rk, const AllGatherArgs& args);
+void broadcast(Rank& rk, const BroadcastArgs& args);
+
+/// The prologue of every collective call: validates this rank's call, meets every other rank
+/// (a hidden collective), and checks that all calls agree, so that a bad or mismatched call is
+/// reported on every rank before any data moves. Returns all ranks' calls (index = rank); the
+/// pointers are valid until `leave` — copy what you need first.
+template <class Args>
+std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args) {
+  enforce_env();
+  rk.set_activity("in " + op + " (checking arguments)");
+  check(args, rk.rank(), rk.size());
+  const auto raw = rk.exchange(op, &args);
+  std::vector<const Args*> all;
+  for (const void* p : raw) all.push_back(static_cast<const Args*>(p));
+  for (int a = 0; a < rk.size(); ++a)
+    for (int b = a + 1; b < rk.size(); ++b) check_consistent(*all[a], a, *all[b], b);
+  rk.set_activity("in " + op);
+  return all;
+}
+
+/// Ends the window in which other ranks' argument structs may be read.
+inline void leave_args(Rank& rk, const std::string& op) { rk.barrier(op + " args read"); }
+
+/// Which tiles go first: peers in the order rank+1, rank+2, ..., the local rank last, so that
+/// remote data leaves as early as possible (communication-aware order).
+inline std::vector<int> remote_first(int rank, int size) {
+  std::vector<int> order;
+  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
+  return order;
+}
+
+}  // namespace fusedcoll::emu::ops

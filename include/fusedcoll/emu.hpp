@@ -1,0 +1,66 @@
+#pragma once
+/// @file
+/// The emulator backend: P virtual GPUs in one process. Each device is a oneTBB `task_arena`
+/// whose threads are its compute units; a kernel launch is a grid of workgroups (C++20
+/// coroutines run as oneTBB tasks) that talk to peers through symmetric memory with put / signal
+/// / wait. Results are bit-identical to `ref/`. See docs/emulator.md.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "fusedcoll/communicator.hpp"
+
+namespace fusedcoll::emu {
+
+/// Shape of one virtual GPU.
+struct DeviceOptions {
+  /// Compute units: the threads of the device's arena.
+  int compute_units = 4;
+  /// Workgroups that may be resident (started and not finished) at once; 0 means
+  /// 4 x compute_units. A kernel whose workgroups wait for workgroups that can never become
+  /// resident deadlocks, as on a GPU, and the timeout reports it.
+  int max_resident_wgs = 0;
+};
+
+/// Options of a `World`. Fields left at their defaults take the `FUSEDCOLL_*` environment
+/// variables (docs/configuration.md), then the built-in defaults.
+struct WorldOptions {
+  int world_size = 4;
+  DeviceOptions device;
+  /// Seconds any wait may block before the run fails with `TimeoutError`; <= 0: from
+  /// `FUSEDCOLL_TIMEOUT` (default 30).
+  double timeout_s = 0;
+  /// Non-zero: randomise workgroup start order and inject random delays before puts and signals,
+  /// reproducibly from this seed. 0: from `FUSEDCOLL_FUZZ_SEED` (default 0, off).
+  std::uint64_t fuzz_seed = 0;
+};
+
+/// A world of `world_size` virtual GPUs. `run` executes SPMD code: one host thread per rank,
+/// each given its rank's `Communicator`.
+class World {
+ public:
+  explicit World(WorldOptions options = {});
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  /// Runs `per_rank` on every rank concurrently and returns when all are done. If any rank
+  /// throws, the other ranks' pending waits are aborted (nothing hangs), and the root cause is
+  /// rethrown: the first non-timeout error if there is one, else the first timeout, its message
+  /// prefixed with the rank.
+  void run(const std::function<void(Communicator&)>& per_rank);
+
+  int size() const noexcept;
+  const WorldOptions& options() const noexcept;
+
+  /// The implementation (emu/runtime.hpp); for tests and kernel authors.
+  struct State;
+  State& state() noexcept { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fusedcoll::emu

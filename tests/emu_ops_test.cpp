@@ -1,0 +1,483 @@
+// The emulator's EmbeddingAllToAll and GemmAllToAll against ref/, bit for bit (memcmp of every
+// rank's whole output buffer, row padding included), in all three modes (unfused, scale_up,
+// scale_out): world sizes 1..8, 1/2/4 compute units, uneven and empty batches, empty bags, ranks
+// without tables or experts, zero routing counts, i32/i64 indices, per-sample weights, mean
+// pooling, K = 0 / N = 0 / D = 0, padded output views, repeated calls in one world (cumulative
+// signal targets, scratch reuse and growth), a single resident workgroup, and schedule fuzzing
+// (random workgroup start order and delays before puts, stores and signals) over many seeds.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/communicator.hpp"
+#include "fusedcoll/emu.hpp"
+#include "fusedcoll/inputs.hpp"
+#include "fusedcoll/ref.hpp"
+
+namespace {
+
+using fusedcoll::Communicator;
+using fusedcoll::DType;
+using fusedcoll::EmbeddingProblem;
+using fusedcoll::GemmProblem;
+using fusedcoll::Mode;
+using fusedcoll::PoolingMode;
+using fusedcoll::ValueMode;
+
+constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out};
+constexpr int kWorldSizes[] = {1, 2, 3, 4, 8};
+constexpr int kComputeUnits[] = {1, 2, 4};
+
+/// Bitwise equality of two float buffers (memcmp; NaN payloads and signed zeros count).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+fusedcoll::emu::WorldOptions options(int P, int C, std::uint64_t fuzz_seed = 0, int resident = 0) {
+  fusedcoll::emu::WorldOptions o;
+  o.world_size = P;
+  o.device.compute_units = C;
+  o.device.max_resident_wgs = resident;
+  o.fuzz_seed = fuzz_seed;
+  o.timeout_s = 20;
+  return o;
+}
+
+/// Where tables or experts go: 0 round robin, 1 all on rank 0, 2 odd ranks only, 3 all on the
+/// last rank, 4 reversed blocks.
+std::vector<int> place(std::int64_t count, int P, int how) {
+  std::vector<int> owner(static_cast<std::size_t>(count));
+  for (std::int64_t t = 0; t < count; ++t) {
+    int o = 0;
+    switch (how % 5) {
+      case 0: o = static_cast<int>(t % P); break;
+      case 1: o = 0; break;
+      case 2: o = P / 2 == 0 ? 0 : 1 + 2 * static_cast<int>(t % (P / 2)); break;
+      case 3: o = P - 1; break;
+      case 4: o = P - 1 - static_cast<int>(t * P / std::max<std::int64_t>(count, 1)); break;
+    }
+    owner[static_cast<std::size_t>(t)] = o;
+  }
+  return owner;
+}
+
+/// Uneven batch ranges: every third rank gets none, the others 1..37 (so some ranges span several
+/// 16-sample tiles and end in a partial one).
+std::vector<std::int64_t> batches(int P, std::uint64_t salt) {
+  std::vector<std::int64_t> b(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q)
+    b[q] = (q % 3 == 1) ? 0 : 1 + static_cast<std::int64_t>((q * 11 + salt * 7 + P) % 37);
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// EmbeddingAllToAll
+
+/// Variant v: 0 sum/i64, 1 weighted sum/i32, 2 mean/i64, 3 sum/i32 integer values, 4 mean/i32,
+/// 5 weighted sum/i64 integer values.
+EmbeddingProblem emb_problem(int P, int variant, std::uint64_t seed) {
+  EmbeddingProblem pb;
+  pb.world_size = P;
+  const std::int64_t dims[] = {1, 3, 8, 13, 20};
+  pb.dim = dims[(variant + P) % 5];
+  const std::int64_t T = P + 1 + variant % 2;
+  for (std::int64_t t = 0; t < T; ++t) pb.table_rows.push_back(3 + (t * 7 + variant) % 23);
+  pb.owner = place(T, P, variant + P);
+  pb.batch_sizes = batches(P, static_cast<std::uint64_t>(variant));
+  pb.min_bag = 0;  // empty bags occur
+  pb.max_bag = 6;
+  pb.pooling = (variant == 2 || variant == 4) ? PoolingMode::mean : PoolingMode::sum;
+  pb.weighted = variant == 1 || variant == 5;
+  pb.index_dtype = (variant == 1 || variant == 3 || variant == 4) ? DType::i32 : DType::i64;
+  pb.values = (variant == 3 || variant == 5) ? ValueMode::integer : ValueMode::random;
+  pb.seed = seed;
+  return pb;
+}
+
+std::string describe(const EmbeddingProblem& pb) {
+  std::ostringstream os;
+  os << "P=" << pb.world_size << " D=" << pb.dim << " T=" << pb.num_tables() << " owner=[";
+  for (int o : pb.owner) os << o << " ";
+  os << "] batch=[";
+  for (auto b : pb.batch_sizes) os << b << " ";
+  os << "] " << fusedcoll::to_string(pb.pooling) << (pb.weighted ? " weighted" : "")
+     << " idx=" << fusedcoll::dtype_name(pb.index_dtype) << " seed=" << pb.seed;
+  return os.str();
+}
+
+/// Runs the emulator on one copy of the world and ref/ on another; every rank's output must be
+/// bit-identical (and poison must survive exactly where ref/ leaves it).
+void check_embedding(const EmbeddingProblem& pb, int C, Mode mode, std::uint64_t fuzz = 0,
+                     int resident = 0) {
+  SCOPED_TRACE(describe(pb) + " C=" + std::to_string(C) + " mode=" + fusedcoll::to_string(mode) +
+               " fuzz_seed=" + std::to_string(fuzz) + " resident=" + std::to_string(resident));
+  auto ref_world = fusedcoll::make_world(pb);
+  auto emu_world = fusedcoll::make_world(pb);
+  const auto ref_args = fusedcoll::args_of(ref_world);
+  const auto emu_args = fusedcoll::args_of(emu_world);
+  fusedcoll::ref::embedding_alltoall(ref_args);
+  fusedcoll::emu::World world(options(pb.world_size, C, fuzz, resident));
+  // The output must be complete when the rank's call returns, not merely by the end of the run:
+  // each rank snapshots its output right away (schedule fuzzing makes a missing wait show here).
+  std::vector<std::vector<float>> at_return(static_cast<std::size_t>(pb.world_size));
+  world.run([&](Communicator& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    fusedcoll::embedding_alltoall(comm, emu_args[me], mode);
+    at_return[me] = emu_world[me].output;
+  });
+  for (int r = 0; r < pb.world_size; ++r) {
+    const auto& a = ref_world[r].output;
+    const auto& b = emu_world[r].output;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(same_bits(a, at_return[r]))
+        << "rank " << r << " (at return)";
+    EXPECT_TRUE(same_bits(a, b)) << "rank " << r;
+  }
+}
+
+TEST(EmuEmbeddingAllToAll, MatchesRefAcrossWorldsUnitsAndModes) {
+  std::uint64_t seed = 100;
+  for (int P : kWorldSizes)
+    for (int variant = 0; variant < 6; ++variant) {
+      const EmbeddingProblem pb = emb_problem(P, variant, ++seed);
+      for (int C : kComputeUnits)
+        for (Mode mode : kModes) check_embedding(pb, C, mode);
+    }
+}
+
+TEST(EmuEmbeddingAllToAll, EdgeShapes) {
+  for (Mode mode : kModes) {
+    for (int P : {1, 3, 4}) {
+      EmbeddingProblem pb = emb_problem(P, 0, 7);
+      pb.dim = 0;  // nothing to pool, the call still meets
+      check_embedding(pb, 2, mode);
+      pb = emb_problem(P, 2, 8);
+      pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);  // empty global batch
+      check_embedding(pb, 2, mode);
+      pb = emb_problem(P, 1, 9);
+      pb.owner.clear();  // no tables at all
+      pb.table_rows.clear();
+      check_embedding(pb, 2, mode);
+      pb = emb_problem(P, 0, 10);
+      pb.min_bag = pb.max_bag = 0;  // every bag empty: +0.0f everywhere
+      check_embedding(pb, 2, mode);
+      pb = emb_problem(P, 3, 11);
+      pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
+      pb.batch_sizes[static_cast<std::size_t>(P - 1)] = 50;  // one rank owns the whole batch
+      check_embedding(pb, 1, mode);
+    }
+  }
+}
+
+TEST(EmuEmbeddingAllToAll, SingleResidentWorkgroup) {
+  for (Mode mode : kModes)
+    for (int P : {2, 4}) check_embedding(emb_problem(P, 4, 31), 1, mode, 0, /*resident=*/1);
+}
+
+TEST(EmuEmbeddingAllToAll, PaddedOutputViews) {
+  // Outputs with padded rows (stride(1) > D, stride(0) > T * stride(1)): only the elements of the
+  // view are written; padding keeps its poison, as in ref/.
+  for (Mode mode : kModes) {
+    const int P = 3;
+    const EmbeddingProblem pb = emb_problem(P, 1, 55);
+    const std::int64_t T = pb.num_tables(), D = pb.dim;
+    const std::int64_t s1 = D + 3, s0 = T * s1 + 5;
+    auto ref_world = fusedcoll::make_world(pb);
+    auto emu_world = fusedcoll::make_world(pb);
+    std::vector<std::vector<float>> ref_out(P), emu_out(P);
+    auto ref_args = fusedcoll::args_of(ref_world);
+    auto emu_args = fusedcoll::args_of(emu_world);
+    for (int r = 0; r < P; ++r) {
+      const std::int64_t bq = pb.batch_sizes[r];
+      for (auto* v : {&ref_out[r], &emu_out[r]}) {
+        v->assign(static_cast<std::size_t>(std::max<std::int64_t>(bq * s0, 1)), 0.0f);
+        fusedcoll::poison(v->data(), v->size() * sizeof(float));
+      }
+      const std::int64_t shape[] = {bq, T, D}, strides[] = {s0, s1, 1};
+      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
+      emu_args[r].output = fusedcoll::TensorView(emu_out[r].data(), DType::f32, shape, strides);
+    }
+    fusedcoll::ref::embedding_alltoall(ref_args);
+    fusedcoll::emu::World world(options(P, 2));
+    world.run([&](Communicator& comm) {
+      fusedcoll::embedding_alltoall(comm, emu_args[static_cast<std::size_t>(comm.rank())], mode);
+    });
+    for (int r = 0; r < P; ++r)
+      EXPECT_TRUE(same_bits(ref_out[r], emu_out[r]))
+          << "mode " << fusedcoll::to_string(mode) << " rank " << r;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GemmAllToAll
+
+GemmProblem gemm_problem(int P, int variant, std::uint64_t seed) {
+  GemmProblem pb;
+  pb.world_size = P;
+  const std::int64_t ks[] = {1, 7, 33, 4, 16};
+  const std::int64_t ns[] = {5, 70, 1, 130, 16};
+  pb.k = ks[(variant + P) % 5];
+  pb.n = ns[(variant + 2 * P) % 5];
+  const std::int64_t E = variant % 2 == 0 ? P + 1 : 2 * P;
+  pb.host = place(E, P, variant + P);
+  pb.values = variant % 3 == 2 ? ValueMode::integer : ValueMode::random;
+  pb.seed = seed;
+  pb.random_routing(variant % 2 == 0 ? 37 : 9);  // zero counts occur; some span several tiles
+  return pb;
+}
+
+std::string describe(const GemmProblem& pb) {
+  std::ostringstream os;
+  os << "P=" << pb.world_size << " K=" << pb.k << " N=" << pb.n << " host=[";
+  for (int h : pb.host) os << h << " ";
+  os << "] counts=[";
+  for (auto c : pb.counts) os << c << " ";
+  os << "] seed=" << pb.seed;
+  return os.str();
+}
+
+void check_gemm(const GemmProblem& pb, int C, Mode mode, std::uint64_t fuzz = 0, int resident = 0) {
+  SCOPED_TRACE(describe(pb) + " C=" + std::to_string(C) + " mode=" + fusedcoll::to_string(mode) +
+               " fuzz_seed=" + std::to_string(fuzz) + " resident=" + std::to_string(resident));
+  auto ref_world = fusedcoll::make_world(pb);
+  auto emu_world = fusedcoll::make_world(pb);
+  const auto ref_args = fusedcoll::args_of(ref_world);
+  const auto emu_args = fusedcoll::args_of(emu_world);
+  fusedcoll::ref::gemm_alltoall(ref_args);
+  fusedcoll::emu::World world(options(pb.world_size, C, fuzz, resident));
+  // The output must be complete when the rank's call returns, not merely by the end of the run:
+  // each rank snapshots its output right away (schedule fuzzing makes a missing wait show here).
+  std::vector<std::vector<float>> at_return(static_cast<std::size_t>(pb.world_size));
+  world.run([&](Communicator& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    fusedcoll::gemm_alltoall(comm, emu_args[me], mode);
+    at_return[me] = emu_world[me].output;
+  });
+  for (int r = 0; r < pb.world_size; ++r) {
+    const auto& a = ref_world[r].output;
+    const auto& b = emu_world[r].output;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(same_bits(a, at_return[r]))
+        << "rank " << r << " (at return)";
+    EXPECT_TRUE(same_bits(a, b)) << "rank " << r;
+  }
+}
+
+TEST(EmuGemmAllToAll, MatchesRefAcrossWorldsUnitsAndModes) {
+  std::uint64_t seed = 500;
+  for (int P : kWorldSizes)
+    for (int variant = 0; variant < 4; ++variant) {
+      const GemmProblem pb = gemm_problem(P, variant, ++seed);
+      for (int C : kComputeUnits)
+        for (Mode mode : kModes) check_gemm(pb, C, mode);
+    }
+}
+
+TEST(EmuGemmAllToAll, EdgeShapes) {
+  for (Mode mode : kModes) {
+    for (int P : {1, 3, 4}) {
+      GemmProblem pb = gemm_problem(P, 0, 21);
+      pb.k = 0;  // empty reductions: +0.0f everywhere
+      check_gemm(pb, 2, mode);
+      pb = gemm_problem(P, 1, 22);
+      pb.n = 0;  // no columns: nothing to write, the call still meets
+      check_gemm(pb, 2, mode);
+      pb = gemm_problem(P, 2, 23);
+      pb.counts.assign(pb.counts.size(), 0);  // nothing routed anywhere
+      check_gemm(pb, 2, mode);
+      pb = gemm_problem(P, 3, 24);
+      pb.host.clear();  // no experts at all
+      pb.counts.clear();
+      check_gemm(pb, 2, mode);
+      pb = gemm_problem(P, 0, 25);
+      pb.host.assign(pb.host.size(), P - 1);  // one host, everybody else empty-handed
+      pb.random_routing(40);
+      check_gemm(pb, 1, mode);
+    }
+  }
+}
+
+TEST(EmuGemmAllToAll, SingleResidentWorkgroup) {
+  for (Mode mode : kModes)
+    for (int P : {2, 4}) check_gemm(gemm_problem(P, 1, 41), 1, mode, 0, /*resident=*/1);
+}
+
+TEST(EmuGemmAllToAll, PaddedOutputRows) {
+  for (Mode mode : kModes) {
+    const int P = 3;
+    const GemmProblem pb = gemm_problem(P, 0, 77);
+    const std::int64_t ld = pb.n + 7;
+    auto ref_world = fusedcoll::make_world(pb);
+    auto emu_world = fusedcoll::make_world(pb);
+    std::vector<std::vector<float>> ref_out(P), emu_out(P);
+    auto ref_args = fusedcoll::args_of(ref_world);
+    auto emu_args = fusedcoll::args_of(emu_world);
+    for (int r = 0; r < P; ++r) {
+      const std::int64_t rows = fusedcoll::output_rows(ref_args[r], r);
+      for (auto* v : {&ref_out[r], &emu_out[r]}) {
+        v->assign(static_cast<std::size_t>(std::max<std::int64_t>(rows * ld, 1)), 0.0f);
+        fusedcoll::poison(v->data(), v->size() * sizeof(float));
+      }
+      const std::int64_t shape[] = {rows, pb.n}, strides[] = {ld, 1};
+      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
+      emu_args[r].output = fusedcoll::TensorView(emu_out[r].data(), DType::f32, shape, strides);
+    }
+    fusedcoll::ref::gemm_alltoall(ref_args);
+    fusedcoll::emu::World world(options(P, 2));
+    world.run([&](Communicator& comm) {
+      fusedcoll::gemm_alltoall(comm, emu_args[static_cast<std::size_t>(comm.rank())], mode);
+    });
+    for (int r = 0; r < P; ++r)
+      EXPECT_TRUE(same_bits(ref_out[r], emu_out[r]))
+          << "mode " << fusedcoll::to_string(mode) << " rank " << r;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many calls in one world: cumulative signal targets, slot and scratch reuse, scratch growth, both
+// ops and all modes interleaved.
+
+TEST(EmuOps, RepeatedCallsInOneWorld) {
+  const int P = 4;
+  struct Round {
+    EmbeddingProblem emb;
+    GemmProblem gemm;
+    std::vector<fusedcoll::EmbeddingRankData> emb_ref, emb_emu;
+    std::vector<fusedcoll::GemmRankData> gemm_ref, gemm_emu;
+    std::vector<fusedcoll::EmbeddingAllToAllArgs> emb_args;
+    std::vector<fusedcoll::GemmAllToAllArgs> gemm_args;
+  };
+  std::vector<Round> rounds;
+  for (int i = 0; i < 9; ++i) {  // shapes grow and shrink, so scratch buffers grow mid-run
+    Round r;
+    r.emb = emb_problem(P, i % 6, 900 + i);
+    if (i % 3 == 1) {
+      for (auto& b : r.emb.batch_sizes) b *= 3;
+    }
+    r.gemm = gemm_problem(P, i % 4, 950 + i);
+    if (i % 3 == 2) r.gemm.random_routing(60);
+    r.emb_ref = fusedcoll::make_world(r.emb);
+    r.emb_emu = fusedcoll::make_world(r.emb);
+    r.gemm_ref = fusedcoll::make_world(r.gemm);
+    r.gemm_emu = fusedcoll::make_world(r.gemm);
+    fusedcoll::ref::embedding_alltoall(fusedcoll::args_of(r.emb_ref));
+    fusedcoll::ref::gemm_alltoall(fusedcoll::args_of(r.gemm_ref));
+    r.emb_args = fusedcoll::args_of(r.emb_emu);
+    r.gemm_args = fusedcoll::args_of(r.gemm_emu);
+    rounds.push_back(std::move(r));
+  }
+  for (std::uint64_t fuzz : {std::uint64_t{0}, std::uint64_t{4242}}) {
+    SCOPED_TRACE("fuzz_seed=" + std::to_string(fuzz));
+    for (auto& r : rounds) {
+      for (auto& d : r.emb_emu) fusedcoll::poison(d.output.data(), d.output.size() * sizeof(float));
+      for (auto& d : r.gemm_emu) fusedcoll::poison(d.output.data(), d.output.size() * sizeof(float));
+    }
+    std::atomic<int> bad_at_return{0};  // outputs incomplete when their call returned
+    fusedcoll::emu::World world(options(P, 2, fuzz));
+    world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      for (std::size_t i = 0; i < rounds.size(); ++i) {
+        fusedcoll::embedding_alltoall(comm, rounds[i].emb_args[me], kModes[i % 3]);
+        const auto& eo = rounds[i].emb_emu[me].output;
+        const auto& er = rounds[i].emb_ref[me].output;
+        if (!same_bits(eo, er)) ++bad_at_return;
+        fusedcoll::gemm_alltoall(comm, rounds[i].gemm_args[me], kModes[(i + 1) % 3]);
+        const auto& go = rounds[i].gemm_emu[me].output;
+        const auto& gr = rounds[i].gemm_ref[me].output;
+        if (!same_bits(go, gr)) ++bad_at_return;
+      }
+    });
+    EXPECT_EQ(bad_at_return.load(), 0);
+    for (std::size_t i = 0; i < rounds.size(); ++i)
+      for (int q = 0; q < P; ++q) {
+        const auto& er = rounds[i].emb_ref[q].output;
+        const auto& ee = rounds[i].emb_emu[q].output;
+        EXPECT_TRUE(same_bits(er, ee))
+            << "embedding round " << i << " rank " << q;
+        const auto& gr = rounds[i].gemm_ref[q].output;
+        const auto& ge = rounds[i].gemm_emu[q].output;
+        EXPECT_TRUE(same_bits(gr, ge))
+            << "gemm round " << i << " rank " << q;
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mismatched calls fail with InvalidArgument before any data moves, not with a hang.
+
+TEST(EmuOps, MismatchedCallsAreRejected) {
+  const int P = 3;
+  {  // ranks disagree on the mode
+    const EmbeddingProblem pb = emb_problem(P, 0, 61);
+    auto w = fusedcoll::make_world(pb);
+    const auto args = fusedcoll::args_of(w);
+    fusedcoll::emu::World world(options(P, 1));
+    EXPECT_THROW(world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      fusedcoll::embedding_alltoall(comm, args[me], me == 1 ? Mode::scale_out : Mode::scale_up);
+    }),
+                 fusedcoll::InvalidArgument);
+  }
+  {  // ranks disagree on the pooling mode
+    const EmbeddingProblem pb = emb_problem(P, 0, 62);
+    auto w = fusedcoll::make_world(pb);
+    auto args = fusedcoll::args_of(w);
+    args[2].pooling = PoolingMode::mean;
+    fusedcoll::emu::World world(options(P, 1));
+    EXPECT_THROW(world.run([&](Communicator& comm) {
+      fusedcoll::embedding_alltoall(comm, args[static_cast<std::size_t>(comm.rank())],
+                                    Mode::scale_out);
+    }),
+                 fusedcoll::InvalidArgument);
+  }
+  {  // GemmAllToAll: ranks disagree on the mode
+    const GemmProblem pb = gemm_problem(P, 0, 63);
+    auto w = fusedcoll::make_world(pb);
+    const auto args = fusedcoll::args_of(w);
+    fusedcoll::emu::World world(options(P, 1));
+    EXPECT_THROW(world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      fusedcoll::gemm_alltoall(comm, args[me], me == 0 ? Mode::unfused : Mode::scale_up);
+    }),
+                 fusedcoll::InvalidArgument);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedule fuzzing: random workgroup start order and random delays before puts, stores and
+// signals, reproducible from the seed (printed on failure).
+
+constexpr std::uint64_t kFuzzSeeds = 50;
+constexpr int kFuzzWorlds[] = {2, 3, 4, 8};
+
+TEST(EmuFuzz, EmbeddingAllToAll) {
+  for (Mode mode : kModes)
+    for (std::uint64_t seed = 1; seed <= kFuzzSeeds; ++seed) {
+      const int P = kFuzzWorlds[seed % 4];
+      EmbeddingProblem pb = emb_problem(P, static_cast<int>(seed % 6), seed);
+      for (auto& b : pb.batch_sizes) b = std::min<std::int64_t>(b, 20);
+      check_embedding(pb, 1 + static_cast<int>(seed % 2), mode, seed);
+      if (HasFailure()) return;
+    }
+}
+
+TEST(EmuFuzz, GemmAllToAll) {
+  for (Mode mode : kModes)
+    for (std::uint64_t seed = 1; seed <= kFuzzSeeds; ++seed) {
+      const int P = kFuzzWorlds[seed % 4];
+      GemmProblem pb = gemm_problem(P, static_cast<int>(seed % 4), seed);
+      pb.random_routing(20);
+      check_gemm(pb, 1 + static_cast<int>(seed % 2), mode, seed);
+      if (HasFailure()) return;
+    }
+}
+
+}  // namespace
