@@ -168,11 +168,10 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
       const Span s = tile_of(spec.len[me], te, t);
       const std::size_t bytes = bytes_of(s.length, elem);
       std::byte* acc = wg.local(out) + bytes_of(my_base + s.begin, elem);
-      const std::byte* inbox = wg.local(in);
       wg.compute("reduce", [&] {
-        auto value_of = [&](int p) {
+        auto value_of = [&](int p) -> const std::byte* {
           return p == me ? send + bytes_of(spec.off[me] + s.begin, elem)
-                         : inbox + bytes_of(int64_t{p} * max_len + s.begin, elem);
+                         : wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, elem), bytes);
         };
         std::memcpy(acc, value_of(0), bytes);
         for (int p = 1; p < P; ++p)
@@ -195,7 +194,7 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
       co_await wg.wait_until(out_slot + slot, Cmp::ge, out_target[slot]);
       const Span s = tile_of(spec.len[q], te, t);
       const std::size_t at = bytes_of(spec.off[q] + s.begin, elem);
-      copy_bytes(recv + at, wg.local(out) + at, bytes_of(s.length, elem));
+      copy_bytes(recv + at, wg.read(out, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
     }
     co_return;
   });
@@ -242,7 +241,6 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
   rk.launch("all_reduce_ring", grid_for(rk, nt), [&](WgContext& wg) -> WgTask {
     const int w = wg.wg(), G = wg.num_wgs();
     std::byte* rs_mem = wg.local(rs);
-    std::byte* ag_mem = wg.local(ag);
     // Reduce-scatter. Step s: send running chunk (me - 1 - s), whose acc this workgroup made at
     // step s - 1 (own data at step 0); then receive chunk (me - 2 - s) and fold own value in.
     for (int s = 0; s < steps; ++s) {
@@ -257,7 +255,7 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
       for (int t = w; t < nt; t += G) {
         co_await wg.wait_until(rs_slot + s * kMaxTiles + t, Cmp::ge, rs_target[s * nt + t]);
         const Span sp = tile_of(len[c_recv], te, t);
-        std::byte* acc = rs_mem + region(s) + bytes_of(sp.begin, elem);
+        std::byte* acc = wg.read(rs, region(s) + bytes_of(sp.begin, elem), bytes_of(sp.length, elem));
         wg.compute("reduce", [&] {
           fusedcoll::detail::reduce_into(acc, send + bytes_of(off[c_recv] + sp.begin, elem),
                                          sp.length, args.dtype, args.op);
@@ -278,7 +276,7 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
         if (g > 0) {
           co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
                                  ag_target[(g - 1) * nt + t]);
-          src = ag_mem + at;
+          src = wg.read(ag, at, bytes);
           copy_bytes(recv + at, src, bytes);
         }
         wg.put_signal(next, ag, at, src, bytes, ag_slot + g * kMaxTiles + t, SignalOp::add, 1);
@@ -290,7 +288,7 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
                              ag_target[(steps - 1) * nt + t]);
       const Span sp = tile_of(len[c_last], te, t);
       const std::size_t at = bytes_of(off[c_last] + sp.begin, elem);
-      copy_bytes(recv + at, ag_mem + at, bytes_of(sp.length, elem));
+      copy_bytes(recv + at, wg.read(ag, at, bytes_of(sp.length, elem)), bytes_of(sp.length, elem));
       const Span mine = tile_of(len[me], te, t);
       copy_bytes(recv + bytes_of(off[me] + mine.begin, elem), fin + bytes_of(mine.begin, elem),
                  bytes_of(mine.length, elem));
@@ -409,7 +407,8 @@ void all_to_allv(Rank& rk, const AllToAllvArgs& args) {
       const int64_t n = args.recv_counts[p];
       const Span s = tile_of(n, tile_elems(n, elem), t);
       copy_bytes(recv + bytes_of(args.recv_displs[p] + s.begin, elem),
-                 wg.local(box) + bytes_of(my_at[p] + s.begin, elem), bytes_of(s.length, elem));
+                 wg.read(box, bytes_of(my_at[p] + s.begin, elem), bytes_of(s.length, elem)),
+                 bytes_of(s.length, elem));
     }
     co_return;
   });
@@ -467,7 +466,7 @@ void all_gather(Rank& rk, const AllGatherArgs& args) {
       const int64_t n = args.recv_counts[p];
       const Span s = tile_of(n, tile_elems(n, elem), t);
       const std::size_t at = bytes_of(off[p] + s.begin, elem);
-      copy_bytes(recv + at, wg.local(box) + at, bytes_of(s.length, elem));
+      copy_bytes(recv + at, wg.read(box, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
     }
     co_return;
   });
@@ -508,7 +507,7 @@ void broadcast(Rank& rk, const BroadcastArgs& args) {
       const std::size_t at = bytes_of(s.begin, elem), bytes = bytes_of(s.length, elem);
       if (me != root) {
         co_await wg.wait_until(slot + t, Cmp::ge, target[t]);
-        copy_bytes(recv + at, wg.local(box) + at, bytes);
+        copy_bytes(recv + at, wg.read(box, at, bytes), bytes);
       } else if (q == me) {
         copy_bytes(recv + at, send + at, bytes);  // skipped in place
       } else {

@@ -231,12 +231,12 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
       }
     }
     // Phase 2: every WG unpacks its share of each received slice once it has landed.
-    const float* rv = wg.local_as<const float>(recv);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (int p : remote_first(me, P)) {
       if (p == me || pl.tiles(p, me) == 0) continue;
       co_await wg.wait_until(arrive + p, Cmp::ge, arrive_target[p]);
-      unpack(pl, p, rv + pl.recv_offset(p, me), mine, w, g);
+      unpack(pl, p, wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me)),
+             mine, w, g);
     }
     co_return;
   });
@@ -276,7 +276,6 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
   const int grid2 = std::min(P, rk.max_resident_wgs());
   rk.launch("embedding_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* l = wg.local_as<const float>(local);
-    const float* rv = wg.local_as<const float>(recv);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (std::int64_t j = w; j < P; j += g) {
       const int q = order[static_cast<std::size_t>(j)];
@@ -287,7 +286,8 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
     }
     for (int p : order) {
       co_await wg.wait_until(arrive + p, Cmp::ge, target[p]);
-      unpack(pl, p, rv + pl.recv_offset(p, me), mine, w, g);
+      unpack(pl, p, wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me)),
+             mine, w, g);
     }
     co_return;
   });

@@ -7,8 +7,9 @@
 // ref/'s whatever the tiling, the schedule or the mode; everything else only moves bytes.
 //
 // All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
-// w, w + grid, ...; the tile list is communication-aware (tiles whose rows return to rank+1,
-// rank+2, ... first, the local rank's tiles last, see ops::remote_first).
+// w, w + grid, ...; the fused tile list goes expert by expert, and within each expert is
+// communication-aware (tiles whose rows return to rank+1, rank+2, ... first, the local rank's
+// tiles last, see ops::remote_first).
 //
 // - scale_up (zero-copy): a WG computes its tile into a WG-local buffer and stores it straight
 //   into its final rows of the source's output (whose address the ranks exchanged at entry), then
@@ -119,18 +120,25 @@ struct Plan {
     for (int s = 0; s < P; ++s) most = std::max(most, recv_at[P - 1][s] + rows[P - 1][s]);
     return static_cast<std::size_t>(most * N) * sizeof(float);
   }
+  /// This rank's tiles of local expert j for source s.
+  void add_tiles(int s, int j, std::vector<Tile>& out) const {
+    for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
+      for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
+        out.push_back({s, j, r0, std::min(r0 + kRowBlock, c(s, experts_of[me][j])), n0,
+                       std::min(n0 + kColBlock, N)});
+  }
   /// This rank's tiles for source s.
   void add_tiles(int s, std::vector<Tile>& out) const {
-    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
-      for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
-        for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
-          out.push_back({s, j, r0, std::min(r0 + kRowBlock, c(s, experts_of[me][j])), n0,
-                         std::min(n0 + kColBlock, N)});
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) add_tiles(s, j, out);
   }
-  /// Communication-aware: sources rank+1, rank+2, ..., the local rank last.
+  /// Expert by expert, and within an expert communication-aware: sources rank+1, rank+2, ...,
+  /// the local rank last. Expert-major keeps a WG on one weight panel (its column block of W_e)
+  /// for consecutive tiles, as in the unfused kernel: source-major order alternated experts
+  /// every tile at small row counts and measured ~10% slower (docs/results.md, "Emulator").
   std::vector<Tile> fused_tiles() const {
     std::vector<Tile> out;
-    for (int s : remote_first(me, P)) add_tiles(s, out);
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
+      for (int s : remote_first(me, P)) add_tiles(s, j, out);
     return out;
   }
 };
@@ -243,12 +251,12 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
       }
     }
     // Phase 2: every WG copies its share of each received slice once it has landed.
-    const float* rv = wg.local_as<const float>(recv);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (int h : remote_first(me, P)) {
       if (h == me || pl.tiles(h, me) == 0) continue;
       co_await wg.wait_until(arrive + h, Cmp::ge, arrive_target[h]);
-      unpack(pl, h, rv + pl.recv_at[h][me] * N, mine, w, g);
+      unpack(pl, h, wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N), mine,
+             w, g);
     }
     co_return;
   });
@@ -288,7 +296,6 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
   const int grid2 = std::min(P, rk.max_resident_wgs());
   rk.launch("gemm_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* st = wg.local_as<const float>(stage);
-    const float* rv = wg.local_as<const float>(recv);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (std::int64_t k = w; k < P; k += g) {
       const int s = order[static_cast<std::size_t>(k)];
@@ -299,7 +306,8 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
     }
     for (int h : order) {
       co_await wg.wait_until(arrive + h, Cmp::ge, target[h]);
-      unpack(pl, h, rv + pl.recv_at[h][me] * N, mine, w, g);
+      unpack(pl, h, wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N), mine,
+             w, g);
     }
     co_return;
   });

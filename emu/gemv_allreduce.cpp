@@ -114,13 +114,15 @@ void run_scale_up(Rank& rk, const Plan& p) {
       const int t = p.mine[i];
       const Tile& tile = p.tiles[t];
       co_await wg.wait_until(part_slot + t, Cmp::ge, part_target[t]);
-      const float* slots = wg.local_as<float>(partials);
+      auto partial_of = [&](int src) {
+        return wg.read_as<float>(partials, (src * num_tiles + t) * tile_floats, tile_floats);
+      };
       // Fold in rank order, starting from rank 0's partial itself: the `direct` order.
-      std::memcpy(buf.data(), slots + t * tile_floats, tile_floats * 4);
+      if (tile_floats > 0) std::memcpy(buf.data(), partial_of(0), tile_floats * 4);
       wg.compute("reduce", [&] {
         for (int src = 1; src < p.world; ++src)
-          detail::reduce_into(buf.data(), slots + (src * num_tiles + t) * tile_floats,
-                              static_cast<std::int64_t>(tile_floats), DType::f32, ReduceOp::sum);
+          detail::reduce_into(buf.data(), partial_of(src), static_cast<std::int64_t>(tile_floats),
+                              DType::f32, ReduceOp::sum);
       });
       const std::size_t row_bytes = (tile.n1 - tile.n0) * 4;
       for (int q : remote_first(p.rank, p.world)) {
@@ -181,16 +183,18 @@ void run_scale_out(Rank& rk, const Plan& p) {
     for (std::size_t i = wg.wg(); i < p.mine.size(); i += grid) {
       const Tile& tile = p.tiles[p.mine[i]];
       co_await wg.wait_until(arrive_slot, Cmp::ge, arrive_target);
-      const float* in = wg.local_as<float>(slices);
+      auto slice_of = [&](int src) {
+        return wg.read_as<float>(slices, src * slice_floats, p.m * mine.length);
+      };
       float* out = wg.local_as<float>(reduced);
       const std::int64_t c0 = tile.n0 - mine.offset, width = tile.n1 - tile.n0;
       wg.compute("reduce", [&] {
         for (std::int64_t r = 0; r < p.m; ++r) {
           float* acc = out + r * mine.length + c0;
-          std::memcpy(acc, in + r * mine.length + c0, width * 4);
+          std::memcpy(acc, slice_of(0) + r * mine.length + c0, width * 4);
           for (int src = 1; src < P; ++src)
-            detail::reduce_into(acc, in + src * slice_floats + r * mine.length + c0, width,
-                                DType::f32, ReduceOp::sum);
+            detail::reduce_into(acc, slice_of(src) + r * mine.length + c0, width, DType::f32,
+                                ReduceOp::sum);
         }
       });
       if (wg.add_local(rdone_slot, 1) == rdone_target)
@@ -205,13 +209,12 @@ void run_scale_out(Rank& rk, const Plan& p) {
       for (int q : remote_first(p.rank, P)) wg.signal(q, gather_slot, SignalOp::add, 1);
     }
     co_await wg.wait_until(gather_slot, Cmp::ge, gather_target);
-    const float* g = wg.local_as<float>(gathered);
     for (int j = wg.wg(); j < P; j += grid) {
       const Chunk c = p.chunks[j];
+      const float* g = wg.read_as<float>(gathered, j * slice_floats, p.m * c.length);
       for (std::int64_t r = 0; r < p.m; ++r)
         if (c.length > 0)
-          std::memcpy(p.y[p.rank] + r * p.ldy[p.rank] + c.offset, g + j * slice_floats + r * c.length,
-                      c.length * 4);
+          std::memcpy(p.y[p.rank] + r * p.ldy[p.rank] + c.offset, g + r * c.length, c.length * 4);
     }
     co_return;
   });

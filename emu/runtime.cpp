@@ -17,9 +17,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -232,6 +234,12 @@ std::byte* WgContext::local(SymBuffer b) const {
   return s_->kernel->device->world->buffer(b, rank());
 }
 
+std::byte* WgContext::read(SymBuffer b, std::size_t offset, std::size_t bytes) {
+  FC_CHECK_INTERNAL(offset + bytes <= b.bytes, "read of ", bytes, " bytes at offset ", offset,
+                    " overruns a symmetric buffer of ", b.bytes, " bytes");
+  return local(b) + offset;
+}
+
 void WgContext::put(int peer, SymBuffer dst, std::size_t offset, const void* src,
                     std::size_t bytes) {
   auto& world = *s_->kernel->device->world;
@@ -374,16 +382,22 @@ void World::State::write_trace() {
     std::fprintf(stderr, "fusedcoll: cannot write trace to '%s'\n", trace_path.c_str());
     return;
   }
-  out << "{\"traceEvents\":[\n";
+  // Microsecond timestamps with fixed decimals: the default 6 significant digits would merge
+  // adjacent events after 0.1 s and turn later ones into exponents.
+  out << std::fixed << std::setprecision(3) << "{\"traceEvents\":[\n";
+  // A track per arena slot that ran work (oneTBB numbers the slots of a C-thread arena from 0 to
+  // C, so which slots appear depends on which threads joined).
+  std::set<std::pair<int, int>> tracks;
+  for (const auto& e : trace) tracks.insert({e.pid, e.tid});
   bool first = true;
   for (int r = 0; r < size; ++r) {
     out << (first ? "" : ",\n") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r
         << ",\"args\":{\"name\":\"device " << r << "\"}}";
     first = false;
-    for (int cu = 0; cu < compute_units; ++cu)
-      out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << r << ",\"tid\":" << cu
-          << ",\"args\":{\"name\":\"CU " << cu << "\"}}";
   }
+  for (const auto& [pid, tid] : tracks)
+    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
+        << ",\"args\":{\"name\":\"CU " << tid << "\"}}";
   for (const auto& e : trace)
     out << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"" << e.category
         << "\",\"ph\":\"X\",\"pid\":" << e.pid << ",\"tid\":" << e.tid << ",\"ts\":" << e.ts_us

@@ -118,6 +118,16 @@ class WgContext {
     return reinterpret_cast<T*>(local(b));
   }
 
+  /// This device's bytes `[offset, offset + bytes)` of `b`, read as mailbox data that peers put
+  /// (bounds-checked). Kernels read received data through this call, after waiting for its
+  /// signal, so that every mailbox read is visible at one place. The bytes are this device's own:
+  /// a kernel may fold into them in place.
+  std::byte* read(SymBuffer b, std::size_t offset, std::size_t bytes);
+  template <class T>
+  T* read_as(SymBuffer b, std::size_t first, std::size_t count) {
+    return reinterpret_cast<T*>(read(b, first * sizeof(T), count * sizeof(T)));
+  }
+
   /// Copies `bytes` from `src` into `peer`'s copy of `dst` at `offset` (a one-sided put).
   void put(int peer, SymBuffer dst, std::size_t offset, const void* src, std::size_t bytes);
   /// Zero-copy store into memory `peer` exposed to this kernel (e.g. its final output, whose

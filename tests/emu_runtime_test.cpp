@@ -72,7 +72,8 @@ void run_gemv_case(const GemvCase& c, fc::Mode mode, std::uint64_t fuzz_seed, in
       fc::gemv_allreduce(comm, got_args[comm.rank()], mode);
     });
     for (int r = 0; r < c.world; ++r)
-      ASSERT_EQ(std::memcmp(expect[r].y.data(), got[r].y.data(), expect[r].y.size() * 4), 0)
+      ASSERT_TRUE(expect[r].y.empty() ||
+                  std::memcmp(expect[r].y.data(), got[r].y.data(), expect[r].y.size() * 4) == 0)
           << "GemvAllReduce " << fc::to_string(mode) << " P=" << c.world << " C="
           << c.compute_units << " M=" << c.m << " N=" << c.n << " rank " << r << " repeat "
           << rep << " fuzz seed " << fuzz_seed;
