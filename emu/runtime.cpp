@@ -441,7 +441,7 @@ void World::State::throw_abort() {
     timeout = abort_is_timeout;
   }
   if (timeout) throw TimeoutError(reason);
-  throw BackendError("aborted because another part of the run failed: " + reason);
+  throw BackendError(kAbortPrefix + reason);
 }
 
 std::string World::State::report(const std::string& headline) {

@@ -180,8 +180,9 @@ class Rank {
   /// as long as the world; `scratch` reuses one per `tag`, growing it when needed.
   SymBuffer alloc(std::size_t bytes, const std::string& tag);
   SymBuffer scratch(const std::string& tag, std::size_t bytes);
-  /// Collective: `n` consecutive signal slots reserved for `key` (the same on every rank); reused
-  /// by later calls with the same key when large enough.
+  /// `n` consecutive signal slots reserved for `key`; reused by later calls with the same key
+  /// when large enough. Not a meeting: the ids match across ranks because every rank reserves
+  /// in the same order (its op calls matched at `enter`).
   int slots(const std::string& key, int n);
   /// Host side of the cumulative-target protocol: this call will receive `count` more updates
   /// (adds of 1) on this rank's `slot`; returns the value to wait for.

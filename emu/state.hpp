@@ -117,7 +117,9 @@ struct World::State {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::vector<std::shared_ptr<Backend>> backends;
 
-  // Failure: set once; every wait then throws.
+  // Failure: set once; every wait then throws (a BackendError starting with kAbortPrefix, unless
+  // the abort was a timeout, which every rank reports as the same TimeoutError).
+  static constexpr const char* kAbortPrefix = "aborted because another part of the run failed: ";
   std::atomic<bool> aborted{false};
   std::mutex abort_mu;
   bool abort_is_timeout = false;

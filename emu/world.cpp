@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "emu/ops.hpp"
@@ -30,6 +31,18 @@ class EmuBackend final : public Backend {
  private:
   Rank& rk_;
 };
+
+/// True for the error every other rank gets once the world aborted; false for a root cause
+/// (including a workgroup's own exception, which its launching host thread rethrows).
+bool is_abort_consequence(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const BackendError& err) {
+    return std::string_view(err.what()).starts_with(World::State::kAbortPrefix);
+  } catch (...) {
+    return false;
+  }
+}
 
 /// Rethrows `e` as the same fusedcoll error kind, its message prefixed with the rank.
 [[noreturn]] void rethrow_with_rank(std::exception_ptr e, int rank) {
@@ -76,7 +89,7 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
         per_rank(comm);
         s.ranks[r]->set_activity("returned from user code");
       } catch (...) {
-        const bool consequence = s.aborted.load(std::memory_order_acquire);
+        const bool consequence = is_abort_consequence(std::current_exception());
         {
           std::lock_guard lock(mu);
           failures.push_back({r, std::current_exception(), consequence});
@@ -89,7 +102,7 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
   for (auto& t : threads) t.join();
   if (failures.empty()) return;
   s.broken = true;
-  // The root cause: an error that did not come from the abort, else the first timeout.
+  // The root cause: the first error that is not the abort's echo on another rank.
   const Failure* root = &failures.front();
   for (const auto& f : failures)
     if (!f.consequence) {

@@ -266,6 +266,24 @@ TEST(EmuRuntime, ExceptionOnOneRankEndsTheRunWithoutWaitingForTheTimeout) {
                                     {"aborted by an earlier failure"});
 }
 
+TEST(EmuRuntime, WorkgroupExceptionIsTheRootCauseNotTheAbortEcho) {
+  fc::emu::World world({.world_size = 3, .device = {.compute_units = 1}, .timeout_s = 30});
+  expect_error<fc::InvalidArgument>(
+      [&] {
+        world.run([&](fc::Communicator& comm) {
+          auto& rk = rank_of(world, comm);
+          const int slot = rk.slots("never signalled", 1);
+          const std::uint64_t target = rk.expect(slot, 1);
+          rk.launch("throws on rank 1", 2, [&](WgContext& wg) -> WgTask {
+            if (wg.rank() == 1 && wg.wg() == 1) FC_ENFORCE(false, "kernel bug on rank 1");
+            co_await wg.wait_until(slot, Cmp::ge, target);  // others would wait forever
+            co_return;
+          });
+        });
+      },
+      {"rank 1: ", "kernel bug on rank 1"});
+}
+
 TEST(EmuRuntime, InvalidOptionsAreRejected) {
   expect_error<fc::InvalidArgument>(
       [] { fc::emu::World w({.world_size = 0, .device = {}}); }, {"world_size 0"});
