@@ -7,13 +7,16 @@
 //      memcmp'd against ref/'s: any difference aborts the benchmark (exit 1).
 //   2. One emu::World per (op, size) runs all three modes and is reused for every repetition, so
 //      its scratch buffers, signal slots and threads are in place after the warm-up. Not one
-//      World per mode: all Worlds of a process share oneTBB's single pool of P*C worker threads,
-//      and alternating between Worlds makes the workers migrate between their arenas on every
-//      run, which measured 1.7-2.2x slower for the fused modes at small sizes (their workgroups
-//      suspend and resume, each resume enqueueing into an arena the workers may have left) and
-//      not at all for unfused. A real job has one World; so does this benchmark.
-//   3. Warm-up runs, then N rounds; each round runs every mode once, in an order shuffled per
+//      World per mode: all Worlds of a process share oneTBB's one pool of worker threads, and
+//      alternating between Worlds slowed every call, the fused ones more (GemvAllReduce small,
+//      61 rounds: unfused 1.15 -> 1.42 ms, scale_out 1.04 -> 1.51 ms). A fused workgroup
+//      suspends and is resumed by a task enqueued from another device's thread; apparently those
+//      resumes wait for workers still held by the other Worlds' arenas. A real job has one
+//      World; so does this benchmark (--world-per-mode shows the other setup).
+//   3. Warm-up rounds, then N rounds; each round runs every mode once, in an order shuffled per
 //      round (seeded), so that drift of a shared machine affects the three modes alike.
+//   4. CPU time of the whole process over the same interval is recorded too: it is immune to
+//      time the machine gives to other processes, though it counts spinning idle workers.
 //
 // What is timed: inside `World::run`, every rank passes a barrier, rank 0 reads the clock, every
 // rank calls the op, every rank passes a second barrier, rank 0 reads the clock again. That is
@@ -22,10 +25,10 @@
 // of the whole `run()` seen from the host is measured too (--csv prints both).
 //
 // Flags: -g P (ranks, default 4), -c C (compute units per virtual GPU, default 2), -n N
-// (rounds, default 21), -w W (warm-up rounds, default 3), --op emb|gemv|gemm,
+// (rounds, default 41), -w W (warm-up rounds, default 3), --op emb|gemv|gemm,
 // --size small|medium|large (both repeatable filters), --csv (machine-readable rows instead of
 // the table), --quick (tiny shapes, 2 repetitions: a smoke test, not a measurement),
-// --world-per-mode (one World per mode instead of one shared World: shows the artefact above).
+// --world-per-mode (one World per mode instead of one shared World, see 2).
 
 #include <algorithm>
 #include <array>
@@ -54,7 +57,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int ranks = 4;
   int compute_units = 2;
-  int repeats = 21;
+  int repeats = 41;
   int warmup = 3;
   bool csv = false;
   bool quick = false;
@@ -407,54 +410,76 @@ int main(int argc, char** argv) {
           "max_resident_wgs %d\n"
           "(a compute unit is one worker-thread slot of a device's oneTBB arena)\n"
           "%d warm-up rounds, then %d timed rounds; a round runs every mode once, shuffled\n"
-          "time: barrier; op; barrier inside World::run, on rank 0 (no thread spawn); medians\n"
-          "cpu:  CPU time of the whole process over the same interval; ratio of medians\n"
+          "time: barrier; op; barrier inside World::run, on rank 0 (no thread spawn)\n"
           "communication is a memcpy (no link model): this measures the fused kernels' cost\n\n",
           fc::kVersion, o.ranks, o.compute_units, o.ranks * o.compute_units, 4 * o.compute_units,
           o.warmup, o.repeats);
-      std::printf("%-17s %-6s %-29s %8s %8s %5s %9s %5s | %-9s |\n", "", "", "", "unfused",
-                  "scale-up", "", "scale-out", "", "cpu ratio");
-      std::printf("%-17s %-6s %-29s %8s %8s %5s %9s %5s | %4s %4s | %s\n", "op", "size", "shape",
-                  "ms", "ms", "ratio", "ms", "ratio", "up", "out",
-                  "IQR ms: unfused / scale-up / scale-out");
+      std::printf("%-17s %-6s %-29s %8s | %8s %5s %6s | %9s %5s %6s\n", "", "", "", "unfused",
+                  "scale-up", "", "", "scale-out", "", "");
+      std::printf("%-17s %-6s %-29s %8s | %8s %5s %6s | %9s %5s %6s\n", "op", "size", "shape", "ms",
+                  "ms", "ratio", "paired", "ms", "ratio", "paired");
     }
     std::fflush(stdout);
+    struct Row {
+      std::string op, size;
+      std::array<Stats, 3> time, cpu;
+    };
+    std::vector<Row> rows;
     for (const std::string op : {"emb", "gemv", "gemm"}) {
       if (!wanted(o.ops, op)) continue;
       for (const std::string size : {"small", "medium", "large"}) {
         if (!wanted(o.sizes, size)) continue;
         const Case c = build_case(op, size, o);
         const Result r = measure(c, o);
-        std::array<Stats, 3> st, cpu;
+        Row row{c.op, c.size, {}, {}};
+        std::array<double, 3> paired{1.0, 1.0, 1.0};
         for (std::size_t m = 0; m < 3; ++m) {
-          st[m] = stats_of(op_times(r.samples[m]));
-          cpu[m] = stats_of(cpu_times(r.samples[m]));
+          row.time[m] = stats_of(op_times(r.samples[m]));
+          row.cpu[m] = stats_of(cpu_times(r.samples[m]));
+          if (m > 0) paired[m] = paired_ratio(r.samples[m], r.samples[0]);
         }
+        const auto& st = row.time;
         if (o.csv) {
-          for (std::size_t m = 0; m < 3; ++m) {
-            const double paired = m == 0 ? 1.0 : paired_ratio(r.samples[m], r.samples[0]);
+          for (std::size_t m = 0; m < 3; ++m)
             std::printf("%s,%s,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
                         c.op.c_str(), c.size.c_str(), c.shape.c_str(), fc::to_string(kModes[m]),
                         st[m].median, st[m].q1, st[m].q3, st[m].min, st[m].max,
-                        st[m].median / st[0].median, paired, cpu[m].median,
-                        cpu[m].median / cpu[0].median, stats_of(run_times(r.samples[m])).median);
-          }
+                        st[m].median / st[0].median, paired[m], row.cpu[m].median,
+                        row.cpu[m].median / row.cpu[0].median,
+                        stats_of(run_times(r.samples[m])).median);
         } else {
-          std::printf(
-              "%-17s %-6s %-29s %8.3f %8.3f %5.2f %9.3f %5.2f | %4.2f %4.2f | %.2f-%.2f / "
-              "%.2f-%.2f / %.2f-%.2f\n",
-              c.op.c_str(), c.size.c_str(), c.shape.c_str(), st[0].median, st[1].median,
-              st[1].median / st[0].median, st[2].median, st[2].median / st[0].median,
-              cpu[1].median / cpu[0].median, cpu[2].median / cpu[0].median, st[0].q1, st[0].q3,
-              st[1].q1, st[1].q3, st[2].q1, st[2].q3);
+          std::printf("%-17s %-6s %-29s %8.3f | %8.3f %5.2f %6.2f | %9.3f %5.2f %6.2f\n",
+                      c.op.c_str(), c.size.c_str(), c.shape.c_str(), st[0].median, st[1].median,
+                      st[1].median / st[0].median, paired[1], st[2].median,
+                      st[2].median / st[0].median, paired[2]);
         }
         std::fflush(stdout);
+        rows.push_back(std::move(row));
       }
     }
-    if (!o.csv)
+    if (!o.csv) {
       std::printf(
-          "\nratio = fused median / unfused median (lower is better); every mode's output was "
-          "checked bit for bit against ref/ before timing.\n");
+          "\nms: median over the rounds; ratio: fused median / unfused median; paired: median "
+          "over\n"
+          "the rounds of fused / unfused within the round (lower is better). Every mode's output\n"
+          "was checked bit for bit against ref/ before timing.\n\n");
+      std::printf("%-17s %-6s | %-35s | %-23s | %s\n", "spread", "", "IQR ms: unfused / up / out",
+                  "min ms: unfused/up/out", "cpu ratio up, out");
+      for (const Row& row : rows) {
+        const auto& st = row.time;
+        char iqr[96], mins[64];
+        std::snprintf(iqr, sizeof iqr, "%.2f-%.2f / %.2f-%.2f / %.2f-%.2f", st[0].q1, st[0].q3,
+                      st[1].q1, st[1].q3, st[2].q1, st[2].q3);
+        std::snprintf(mins, sizeof mins, "%.2f / %.2f / %.2f", st[0].min, st[1].min, st[2].min);
+        std::printf("%-17s %-6s | %-35s | %-23s | %.2f, %.2f\n", row.op.c_str(), row.size.c_str(),
+                    iqr, mins, row.cpu[1].median / row.cpu[0].median,
+                    row.cpu[2].median / row.cpu[0].median);
+      }
+      std::printf(
+          "\ncpu ratio: median CPU time of the whole process (all threads) over the same "
+          "interval,\n"
+          "fused / unfused; it does not count time the machine gave to other processes.\n");
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fusedcoll-emu-bench: error: %s\n", e.what());

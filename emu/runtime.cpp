@@ -247,7 +247,8 @@ void WgContext::put(int peer, SymBuffer dst, std::size_t offset, const void* src
   FC_CHECK_INTERNAL(offset + bytes <= dst.bytes, "put of ", bytes, " bytes at offset ", offset,
                     " overruns a symmetric buffer of ", dst.bytes, " bytes");
   world.fuzz_delay(s_);
-  const auto start = Clock::now();
+  // The clock is read only when tracing: at 24 ns a read it is visible on store-heavy kernels.
+  const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(world.buffer(dst, peer) + offset, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "put", start);
 }
@@ -256,9 +257,9 @@ void WgContext::store(int peer, void* dst, const void* src, std::size_t bytes) {
   auto& world = *s_->kernel->device->world;
   FC_CHECK_INTERNAL(peer >= 0 && peer < world.size, "store to rank ", peer);
   world.fuzz_delay(s_);
-  const auto start = Clock::now();
+  const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(dst, src, bytes);
-  if (world.tracing) s_->kernel->trace_end(s_, "put", start);
+  if (world.tracing) s_->kernel->trace_end(s_, "store", start);
 }
 
 void WgContext::signal(int peer, int slot, SignalOp op, std::uint64_t value) {

@@ -13,7 +13,7 @@ shared by every panel, so that the panels compare.
 
 Event categories (the Chrome "cat" field) are drawn as:
   - compute spans (gemv, reduce, gemm, pool, anything not named below): boxes in shades of blue;
-  - put (the emulator records both put and zero-copy store as "put"): green boxes;
+  - put and zero-copy store (categories "put" and "store"): green boxes;
   - signal: red ticks (the emulator gives them a nominal 0.5 us);
   - wait: orange, behind the compute boxes (a waiting workgroup holds no compute unit; the
     emulator files the wait under the compute unit that resumed it);
@@ -312,7 +312,7 @@ BAND = ("#ffffff", "#f3f5f8")  # alternate devices
 PUT, SIGNAL, WAIT, WG = "#2ca02c", "#d62728", "#ffb84d", "#c4c4c4"
 KERNEL_FILL = ("#9aa7b8", "#c0c9d6")
 COMPUTE_SHADES = ("#1f5fa8", "#6aaee8", "#0b3866", "#3f86cf", "#9ccbf2", "#2a4f7a")
-SPECIAL = {"put", "signal", "wait", "wg"}
+SPECIAL = {"put", "store", "signal", "wait", "wg"}
 
 
 def nice_step(span, target_ticks):
@@ -456,7 +456,7 @@ def render(traces, out_path, title, width, row_h):
             x1 = max(x0 + min_w, x_of(ev[4] + ev[5] - t.t0))
             cv.rect(round(x0), y0, max(round(x0) + min_w, round(x1)), y1, color)
 
-        layers = (("wg",), ("wait",), ("compute", "put"), ("signal",))
+        layers = (("wg",), ("wait",), ("compute", "put", "store"), ("signal",))
         for layer in layers:
             for ev in t.events:
                 cat = ev[2] if ev[2] in SPECIAL else "compute"
@@ -469,7 +469,7 @@ def render(traces, out_path, title, width, row_h):
                     box(ev, ry + pad, ry + row_h - pad - 4, WAIT)
                 elif cat == "signal":
                     box(ev, ry + 1, ry + row_h // 2, SIGNAL, min_w=2)
-                elif cat == "put":
+                elif cat in ("put", "store"):
                     box(ev, ry + pad, ry + row_h - pad - 4, PUT)
                 else:
                     box(ev, ry + pad, ry + row_h - pad - 4, shade[ev[2]])
