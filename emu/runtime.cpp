@@ -107,6 +107,27 @@ void run_wg(WgState* wg) {
   wg->task.handle().resume();
 }
 
+std::exception_ptr clone_error(std::exception_ptr e, const std::string& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    const std::string what = prefix + err.what();
+    switch (err.code()) {
+      case ErrorCode::invalid_argument: return std::make_exception_ptr(InvalidArgument(what));
+      case ErrorCode::unsupported: return std::make_exception_ptr(UnsupportedError(what));
+      case ErrorCode::timeout: return std::make_exception_ptr(TimeoutError(what));
+      case ErrorCode::backend: return std::make_exception_ptr(BackendError(what));
+      case ErrorCode::internal:
+      case ErrorCode::ok: break;
+    }
+    return std::make_exception_ptr(InternalError(what));
+  } catch (const std::exception& err) {
+    return std::make_exception_ptr(std::runtime_error(prefix + err.what()));
+  } catch (...) {
+    return std::make_exception_ptr(std::runtime_error(prefix + "unknown exception"));
+  }
+}
+
 void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
   World::State& world = *device->world;
   if (wg_error) {
@@ -131,7 +152,7 @@ void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
   }
   for (WgState* n : to_start) schedule(n);
   std::lock_guard lock(done_mu);
-  if (wg_error && !error) error = wg_error;
+  if (wg_error && !error) error = clone_error(wg_error, "");
   finished += completed;
   if (finished == num_wgs) done_cv.notify_all();
 }

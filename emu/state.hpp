@@ -97,6 +97,12 @@ struct Device {
 
 void schedule(WgState* wg);
 
+/// A new exception of the same fusedcoll kind with `prefix` + the original message. The emulator
+/// hands errors across threads as such copies, never as the original object: a workgroup's
+/// exception object is still referenced on its own thread, and the reference count of an
+/// exception_ptr lives in uninstrumented libstdc++, invisible to ThreadSanitizer.
+std::exception_ptr clone_error(std::exception_ptr e, const std::string& prefix);
+
 }  // namespace impl
 
 struct World::State {

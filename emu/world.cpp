@@ -44,27 +44,6 @@ bool is_abort_consequence(std::exception_ptr e) {
   }
 }
 
-/// Rethrows `e` as the same fusedcoll error kind, its message prefixed with the rank.
-[[noreturn]] void rethrow_with_rank(std::exception_ptr e, int rank) {
-  const std::string prefix = "rank " + std::to_string(rank) + ": ";
-  try {
-    std::rethrow_exception(e);
-  } catch (const Error& err) {
-    const std::string what = prefix + err.what();
-    switch (err.code()) {
-      case ErrorCode::invalid_argument: throw InvalidArgument(what);
-      case ErrorCode::unsupported: throw UnsupportedError(what);
-      case ErrorCode::timeout: throw TimeoutError(what);
-      case ErrorCode::backend: throw BackendError(what);
-      case ErrorCode::internal:
-      case ErrorCode::ok: throw InternalError(what);
-    }
-    throw;
-  } catch (const std::exception& err) {
-    throw std::runtime_error(prefix + err.what());
-  }
-}
-
 }  // namespace
 
 void World::run(const std::function<void(Communicator&)>& per_rank) {
@@ -109,7 +88,7 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
       root = &f;
       break;
     }
-  rethrow_with_rank(root->error, root->rank);
+  std::rethrow_exception(impl::clone_error(root->error, "rank " + std::to_string(root->rank) + ": "));
 }
 
 }  // namespace fusedcoll::emu
