@@ -74,9 +74,6 @@ struct Item {
 };
 
 /// Grid of a persistent kernel with `items` work items in its largest phase.
-int grid_for(const Rank& rk, std::size_t items) {
-  return static_cast<int>(std::clamp<std::size_t>(items, 1, rk.max_resident_wgs()));
-}
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
 

@@ -162,9 +162,7 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShar
   for (int p = 0; p < P; ++p)
     target[p] = rk.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me)));
   const std::vector<Tile> tiles = pl.fused_tiles();
-  const int grid = std::max(
-      1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()),
-                                                 rk.max_resident_wgs())));
+  const int grid = grid_for(rk, tiles.size());
   const std::int64_t D = pl.D;
   rk.launch("embedding_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
     std::vector<float> buf(static_cast<std::size_t>(kBagBlock * D));
@@ -204,9 +202,7 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
   for (int p = 0; p < P; ++p)
     if (p != me) arrive_target[p] = rk.expect(arrive + p, pl.tiles(p, me) > 0 ? 1 : 0);
   const std::vector<Tile> tiles = pl.fused_tiles();
-  const int grid = std::max(
-      1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()),
-                                                 rk.max_resident_wgs())));
+  const int grid = grid_for(rk, tiles.size());
   const std::int64_t D = pl.D, tpm = pl.tp[me];
   rk.launch("embedding_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
@@ -277,7 +273,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
   std::vector<std::uint64_t> target(P);
   for (int p = 0; p < P; ++p) target[p] = rk.expect(arrive + p, 1);
   const std::vector<int> order = remote_first(me, P);
-  const int grid2 = std::min(P, rk.max_resident_wgs());
+  const int grid2 = grid_for(rk, static_cast<std::size_t>(P));
   rk.launch("embedding_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* l = wg.local_as<const float>(local);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();

@@ -173,10 +173,6 @@ void unpack(const Plan& pl, int h, const float* slice, const OutRef& out, std::i
   }
 }
 
-int grid_for(const Rank& rk, std::size_t tiles) {
-  return std::max(1, static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(tiles),
-                                                             rk.max_resident_wgs())));
-}
 
 void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
                   const std::vector<OutRef>& outs) {
@@ -293,7 +289,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
   std::vector<std::uint64_t> target(P);
   for (int h = 0; h < P; ++h) target[h] = rk.expect(arrive + h, 1);
   const std::vector<int> order = remote_first(me, P);
-  const int grid2 = std::min(P, rk.max_resident_wgs());
+  const int grid2 = grid_for(rk, static_cast<std::size_t>(P));
   rk.launch("gemm_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* st = wg.local_as<const float>(stage);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();

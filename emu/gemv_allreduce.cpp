@@ -78,9 +78,6 @@ Plan make_plan(Rank& rk, const GemvAllReduceArgs& args,
   return p;
 }
 
-int grid_for(const Rank& rk, std::size_t work) {
-  return static_cast<int>(std::clamp<std::size_t>(work, 1, rk.max_resident_wgs()));
-}
 
 // Partial of tile `t` into `out` ([m][ld]), from this rank's K range.
 void partial_tile(const Plan& p, const Tile& t, float* out, std::int64_t ld) {
@@ -224,7 +221,7 @@ void run_unfused(Rank& rk, const Plan& p) {
   std::vector<float> partial(static_cast<std::size_t>(p.m * p.n));
   std::vector<int> order(p.tiles.size());
   for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
-  const int grid = static_cast<int>(std::clamp<std::size_t>(order.size(), 1, rk.max_resident_wgs()));
+  const int grid = grid_for(rk, order.size());
   rk.launch("gemv", grid, [&](WgContext& wg) -> WgTask {
     for (std::size_t i = wg.wg(); i < order.size(); i += grid) {
       const Tile& t = p.tiles[order[i]];

@@ -2,6 +2,8 @@
 // The emulator's operators: one launcher per op, each reading like gloo's collectives — a block
 // of checks (`enter`), then a plain schedule of kernels. Kernels live in the op's .cpp file.
 
+#include <algorithm>
+#include <cstddef>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +43,12 @@ std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args
 
 /// Ends the window in which other ranks' argument structs may be read.
 inline void leave_args(Rank& rk, const std::string& op) { rk.barrier(op + " args read"); }
+
+/// Workgroups of a persistent kernel over `work` items: one per item, at least one, and never more
+/// than can be resident at once (WGs of these kernels wait on each other).
+inline int grid_for(const Rank& rk, std::size_t work) {
+  return static_cast<int>(std::clamp<std::size_t>(work, 1, rk.max_resident_wgs()));
+}
 
 /// Which tiles go first: peers in the order rank+1, rank+2, ..., the local rank last, so that
 /// remote data leaves as early as possible (communication-aware order).
