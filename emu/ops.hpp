@@ -30,6 +30,7 @@ void broadcast(Rank& rk, const BroadcastArgs& args);
 template <class Args>
 std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args) {
   enforce_env();
+  rk.begin_op();
   rk.set_activity("in " + op + " (checking arguments)");
   check(args, rk.rank(), rk.size());
   const auto raw = rk.exchange(op, &args);

@@ -117,6 +117,7 @@ std::exception_ptr clone_error(std::exception_ptr e, const std::string& prefix) 
       case ErrorCode::unsupported: return std::make_exception_ptr(UnsupportedError(what));
       case ErrorCode::timeout: return std::make_exception_ptr(TimeoutError(what));
       case ErrorCode::backend: return std::make_exception_ptr(BackendError(what));
+      case ErrorCode::protocol: return std::make_exception_ptr(ProtocolError(what));
       case ErrorCode::internal:
       case ErrorCode::ok: break;
     }
@@ -201,8 +202,13 @@ bool WaitAwaiter::await_suspend(std::coroutine_handle<>) {
 }
 
 void WaitAwaiter::await_resume() const {
-  auto& world = *wg->kernel->device->world;
+  auto& dev = *wg->kernel->device;
+  auto& world = *dev.world;
   if (world.aborted.load(std::memory_order_acquire)) world.throw_abort();
+  // What the workgroup observed is at least what satisfied it (slots only grow under the
+  // cumulative protocol); reading it again here covers every path out of the wait.
+  if (world.check_protocol)
+    impl::protocol_observe(wg, slot, dev.slots[slot].load(std::memory_order_acquire));
   if (wg->waited) {
     wg->waited = false;
     wg->kernel->trace_end(wg, "wait", wg->wait_since);
@@ -243,6 +249,74 @@ void Device::wake_all() {
 
 }  // namespace impl
 
+namespace impl {
+
+std::uint64_t deliver_signal(World::State& world, int src, int peer, int slot, SignalOp op,
+                             std::uint64_t value, const std::vector<PendingPut>& covered) {
+  auto& dev = *world.devices[peer];
+  std::uint64_t after = value;
+  if (world.check_protocol) after = protocol_apply_signal(dev, slot, op, value, covered);
+  else if (op == SignalOp::set) dev.slots[slot].store(value, std::memory_order_release);
+  else after = dev.slots[slot].fetch_add(value, std::memory_order_acq_rel) + value;
+  dev.senders[slot].fetch_or(std::uint64_t{1} << (src % 64), std::memory_order_relaxed);
+  dev.wake_satisfied();
+  return after;
+}
+
+}  // namespace impl
+
+void World::State::run_link(impl::Device& dev) {
+  impl::Link& link = *dev.link;
+  std::unique_lock lock(link.mu);
+  for (;;) {
+    link.cv.wait(lock, [&] { return link.stopping || !link.in_flight.empty(); });
+    if (link.stopping) return;
+    // Later signals are never due earlier, so the head is the next to land.
+    const auto due = link.in_flight.front().due;
+    if (Clock::now() < due) {
+      link.cv.wait_until(lock, due);
+      continue;
+    }
+    impl::LinkSignal s = std::move(link.in_flight.front());
+    link.in_flight.pop_front();
+    lock.unlock();
+    impl::deliver_signal(*this, dev.rank, s.peer, s.slot, s.op, s.value, s.covered);
+    lock.lock();
+  }
+}
+
+namespace {
+
+/// Counts `bytes` to `peer` as sent and books them on the workgroup's device link: they leave
+/// after everything booked before, at the modelled bandwidth. Local writes cross no link.
+void occupy_link(impl::WgState& wg, int peer, std::size_t bytes) {
+  auto& dev = *wg.kernel->device;
+  if (peer == dev.rank) return;
+  dev.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+  if (!dev.link) return;
+  auto& world = *dev.world;
+  const double seconds = world.link_gbps > 0 ? double(bytes) / (world.link_gbps * 1e9) : 0.0;
+  Clock::time_point begin;
+  {
+    std::lock_guard lock(dev.link->mu);
+    begin = std::max(Clock::now(), dev.link->free_at);
+    dev.link->free_at = begin + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(seconds));
+  }
+  if (world.tracing) {
+    impl::TraceEvent e;
+    e.name = fusedcoll::detail::make_string("link to r", peer, " ", bytes, " B");
+    e.category = "link";
+    e.pid = dev.rank;
+    e.tid = impl::kLinkTrack;
+    e.ts_us = micros_since(world.origin, begin);
+    e.dur_us = seconds * 1e6;
+    world.record(std::move(e));
+  }
+}
+
+}  // namespace
+
 // ----------------------------------------------------------------------------------------------
 // WgContext
 
@@ -258,6 +332,7 @@ std::byte* WgContext::local(SymBuffer b) const {
 std::byte* WgContext::read(SymBuffer b, std::size_t offset, std::size_t bytes) {
   FC_CHECK_INTERNAL(offset + bytes <= b.bytes, "read of ", bytes, " bytes at offset ", offset,
                     " overruns a symmetric buffer of ", b.bytes, " bytes");
+  if (s_->kernel->device->world->check_protocol) impl::protocol_read(s_, b, offset, bytes);
   return local(b) + offset;
 }
 
@@ -269,6 +344,8 @@ void WgContext::put(int peer, SymBuffer dst, std::size_t offset, const void* src
                     " overruns a symmetric buffer of ", dst.bytes, " bytes");
   world.fuzz_delay(s_);
   // The clock is read only when tracing: at 24 ns a read it is visible on store-heavy kernels.
+  if (world.check_protocol) impl::protocol_put(s_, peer, dst.id, offset, bytes);
+  occupy_link(*s_, peer, bytes);
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(world.buffer(dst, peer) + offset, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "put", start);
@@ -278,6 +355,9 @@ void WgContext::store(int peer, void* dst, const void* src, std::size_t bytes) {
   auto& world = *s_->kernel->device->world;
   FC_CHECK_INTERNAL(peer >= 0 && peer < world.size, "store to rank ", peer);
   world.fuzz_delay(s_);
+  if (world.check_protocol)
+    impl::protocol_put(s_, peer, -1, reinterpret_cast<std::uintptr_t>(dst), bytes);
+  occupy_link(*s_, peer, bytes);
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(dst, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "store", start);
@@ -288,10 +368,22 @@ void WgContext::signal(int peer, int slot, SignalOp op, std::uint64_t value) {
   FC_CHECK_INTERNAL(peer >= 0 && peer < world.size, "signal to rank ", peer);
   FC_CHECK_INTERNAL(slot >= 0 && slot < kSlotsPerDevice, "signal slot ", slot);
   world.fuzz_delay(s_);
-  auto& dev = *world.devices[peer];
-  if (op == SignalOp::set) dev.slots[slot].store(value, std::memory_order_release);
-  else dev.slots[slot].fetch_add(value, std::memory_order_acq_rel);
-  dev.senders[slot].fetch_or(std::uint64_t{1} << (rank() % 64), std::memory_order_relaxed);
+  std::vector<impl::PendingPut> covered;
+  if (world.check_protocol) covered = impl::protocol_covers(s_, peer);
+  impl::Link* link = peer == rank() ? nullptr : world.devices[rank()]->link.get();
+  if (link) {
+    {
+      std::lock_guard lock(link->mu);
+      const auto now = Clock::now();
+      const auto due = std::max(now, link->free_at) +
+                       std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double, std::micro>(world.link_latency_us));
+      link->in_flight.push_back({due, peer, slot, op, value, std::move(covered)});
+    }
+    link->cv.notify_one();
+  } else {
+    impl::deliver_signal(world, rank(), peer, slot, op, value, covered);
+  }
   if (world.tracing) {
     impl::TraceEvent e;
     e.name = fusedcoll::detail::make_string("signal r", peer, " slot ", slot);
@@ -302,7 +394,6 @@ void WgContext::signal(int peer, int slot, SignalOp op, std::uint64_t value) {
     e.dur_us = 0.5;
     world.record(std::move(e));
   }
-  dev.wake_satisfied();
 }
 
 void WgContext::put_signal(int peer, SymBuffer dst, std::size_t offset, const void* src,
@@ -318,15 +409,20 @@ WaitAwaiter WgContext::wait_until(int slot, Cmp cmp, std::uint64_t value) {
 
 std::uint64_t WgContext::add_local(int slot, std::uint64_t value) {
   FC_CHECK_INTERNAL(slot >= 0 && slot < kSlotsPerDevice, "add_local on slot ", slot);
-  auto& dev = *s_->kernel->device;
-  const std::uint64_t now = dev.slots[slot].fetch_add(value, std::memory_order_acq_rel) + value;
-  dev.senders[slot].fetch_or(std::uint64_t{1} << (rank() % 64), std::memory_order_relaxed);
-  dev.wake_satisfied();
+  auto& world = *s_->kernel->device->world;
+  std::vector<impl::PendingPut> covered;
+  if (world.check_protocol) covered = impl::protocol_covers(s_, rank());
+  const std::uint64_t now =
+      impl::deliver_signal(world, rank(), rank(), slot, SignalOp::add, value, covered);
+  if (world.check_protocol) impl::protocol_observe(s_, slot, now);
   return now;
 }
 
 std::uint64_t WgContext::signal_value(int slot) const {
-  return s_->kernel->device->slots[slot].load(std::memory_order_acquire);
+  auto& dev = *s_->kernel->device;
+  const std::uint64_t v = dev.slots[slot].load(std::memory_order_acquire);
+  if (dev.world->check_protocol) impl::protocol_observe(s_, slot, v);
+  return v;
 }
 
 void WgContext::compute(const char* what, const std::function<void()>& f) {
@@ -351,6 +447,13 @@ World::State::State(const WorldOptions& o) : options(o) {
   max_resident = o.device.max_resident_wgs > 0 ? o.device.max_resident_wgs : 4 * compute_units;
   timeout_s = o.timeout_s > 0 ? o.timeout_s : env().timeout_s;
   fuzz_seed = o.fuzz_seed != 0 ? o.fuzz_seed : env().fuzz_seed;
+  check_protocol = o.check_protocol || env().check_protocol;
+  FC_ENFORCE(o.link_gbps >= 0 && o.link_gbps <= 1e6, "link_gbps ", o.link_gbps,
+             " is outside [0, 1e6]");
+  FC_ENFORCE(o.link_latency_us >= 0 && o.link_latency_us <= 1e6, "link_latency_us ",
+             o.link_latency_us, " is outside [0, 1e6]");
+  link_gbps = o.link_gbps > 0 ? o.link_gbps : env().link_gbps;
+  link_latency_us = o.link_latency_us > 0 ? o.link_latency_us : env().link_latency_us;
   trace_path = env().trace_path;
   tracing = !trace_path.empty();
   origin = Clock::now();
@@ -365,6 +468,11 @@ World::State::State(const WorldOptions& o) : options(o) {
   slot_keys.resize(size);
   next_slot.assign(size, 0);
   for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<Rank>(*this, r));
+  if (link_model())
+    for (auto& d : devices) {
+      d->link = std::make_unique<impl::Link>();
+      d->link->engine = std::thread([this, dev = d.get()] { run_link(*dev); });
+    }
   watchdog = std::thread([this] { watch(); });
 }
 
@@ -375,6 +483,15 @@ World::State::~State() {
   }
   watch_cv.notify_all();
   watchdog.join();
+  for (auto& d : devices) {
+    if (!d->link) continue;
+    {
+      std::lock_guard lock(d->link->mu);
+      d->link->stopping = true;
+    }
+    d->link->cv.notify_all();
+    d->link->engine.join();
+  }
   for (auto& d : devices) d->arena.terminate();
   if (tracing) write_trace();
 }
@@ -419,7 +536,9 @@ void World::State::write_trace() {
   }
   for (const auto& [pid, tid] : tracks)
     out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
-        << ",\"args\":{\"name\":\"CU " << tid << "\"}}";
+        << ",\"args\":{\"name\":\""
+        << (tid == impl::kLinkTrack ? std::string("link") : "CU " + std::to_string(tid))
+        << "\"}}";
   for (const auto& e : trace)
     out << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"" << e.category
         << "\",\"ph\":\"X\",\"pid\":" << e.pid << ",\"tid\":" << e.tid << ",\"ts\":" << e.ts_us
@@ -654,6 +773,8 @@ int Rank::slots(const std::string& key, int n) {
   return next - n;
 }
 
+void Rank::begin_op() { ++op_epoch_; }
+
 std::uint64_t Rank::expect(int slot, std::uint64_t count) {
   expected_[slot] += count;
   return expected_[slot];
@@ -669,6 +790,8 @@ void Rank::launch(const std::string& name, int num_wgs, const KernelBody& body) 
   k.num_wgs = num_wgs;
   k.body = body;
   k.launch_index = dev.launches++;
+  k.op_epoch = op_epoch_;
+  k.phase = w.rendezvous_seq[rank_];
   for (int i = 0; i < num_wgs; ++i) {
     auto s = std::make_unique<impl::WgState>();
     s->kernel = &k;
@@ -711,5 +834,10 @@ World::World(WorldOptions options) : state_(std::make_unique<State>(options)) {}
 World::~World() = default;
 int World::size() const noexcept { return state_->size; }
 const WorldOptions& World::options() const noexcept { return state_->options; }
+std::uint64_t World::bytes_sent(int rank) const {
+  FC_ENFORCE(rank >= 0 && rank < state_->size, "bytes_sent of rank ", rank, " in a world of ",
+             state_->size);
+  return state_->devices[rank]->bytes_sent.load(std::memory_order_relaxed);
+}
 
 }  // namespace fusedcoll::emu

@@ -195,10 +195,15 @@ class Rank {
   /// Marks what this rank's host thread is doing, for timeout reports.
   void set_activity(const std::string& what);
 
+  /// Starts a new op call (every op's `enter` does): for protocol checking, mailbox bytes put by
+  /// earlier calls are stale from here on.
+  void begin_op();
+
  private:
   World::State& world_;
   int rank_;
   std::vector<std::uint64_t> expected_;
+  std::uint64_t op_epoch_ = 0;
   std::map<std::string, SymBuffer> scratch_;
 };
 

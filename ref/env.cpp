@@ -40,6 +40,26 @@ Env Env::from_environment() {
       e.fuzz_seed = seed;
   }
   if (const char* v = std::getenv("FUSEDCOLL_TRACE")) e.trace_path = v;
+  auto number = [&](const char* name, double& into, const char* what) {
+    const char* v = std::getenv(name);
+    if (!v) return;
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(x >= 0) || x > 1e6)
+      e.problems.push_back(detail::make_string(name, "='", v, "' is not ", what, " in [0, 1e6]"));
+    else
+      into = x;
+  };
+  number("FUSEDCOLL_LINK_GBPS", e.link_gbps, "a bandwidth in GB/s");
+  number("FUSEDCOLL_LINK_US", e.link_latency_us, "a latency in microseconds");
+  if (const char* v = std::getenv("FUSEDCOLL_CHECK_PROTOCOL")) {
+    const std::string_view s(v);
+    if (s == "1" || s == "on") e.check_protocol = true;
+    else if (s == "0" || s == "off" || s.empty()) e.check_protocol = false;
+    else
+      e.problems.push_back(detail::make_string("FUSEDCOLL_CHECK_PROTOCOL='", s,
+                                               "' is not one of 0, 1, off, on"));
+  }
   return e;
 }
 

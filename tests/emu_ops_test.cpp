@@ -455,7 +455,11 @@ TEST(EmuOps, MismatchedCallsAreRejected) {
 // Schedule fuzzing: random workgroup start order and random delays before puts, stores and
 // signals, reproducible from the seed (printed on failure).
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr std::uint64_t kFuzzSeeds = 10;  // the Release run does all 50; sanitizers are 5-15x slower
+#else
 constexpr std::uint64_t kFuzzSeeds = 50;
+#endif
 constexpr int kFuzzWorlds[] = {2, 3, 4, 8};
 
 TEST(EmuFuzz, EmbeddingAllToAll) {

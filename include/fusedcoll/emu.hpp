@@ -35,6 +35,19 @@ struct WorldOptions {
   /// Non-zero: randomise workgroup start order and inject random delays before puts and signals,
   /// reproducibly from this seed. 0: from `FUSEDCOLL_FUZZ_SEED` (default 0, off).
   std::uint64_t fuzz_seed = 0;
+  /// Protocol checking: every mailbox read (`WgContext::read`) must be of bytes a put of the
+  /// current call wrote and whose signal the reading workgroup has observed, and no two puts (or
+  /// zero-copy stores) of one call may write the same destination bytes; a violation raises
+  /// `ProtocolError`. Costs a lock per put, signal and read. false: from
+  /// `FUSEDCOLL_CHECK_PROTOCOL` (default off).
+  bool check_protocol = false;
+  /// Link model: each device's puts and stores to peers leave through one egress link of this
+  /// bandwidth (GB/s, 1e9 bytes/s), back to back, and each signal lands `link_latency_us` after
+  /// everything its device sent before it, so communication costs wall time and overlaps with
+  /// compute. 0 (both): from `FUSEDCOLL_LINK_GBPS` / `FUSEDCOLL_LINK_US` (default off: free,
+  /// instant communication).
+  double link_gbps = 0;
+  double link_latency_us = 0;
 };
 
 /// A world of `world_size` virtual GPUs. `run` executes SPMD code: one host thread per rank,
@@ -54,6 +67,9 @@ class World {
 
   int size() const noexcept;
   const WorldOptions& options() const noexcept;
+  /// Bytes `rank`'s device has put or stored into other devices' memory since the world was
+  /// created: what crossed its link (the wire bytes of benchmarks).
+  std::uint64_t bytes_sent(int rank) const;
 
   /// The implementation (emu/runtime.hpp); for tests and kernel authors.
   struct State;

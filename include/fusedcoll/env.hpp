@@ -30,6 +30,15 @@ struct Env {
   /// of every kernel (one track per device compute unit) to this file when a `World` ends.
   std::string trace_path;
 
+  /// `FUSEDCOLL_CHECK_PROTOCOL` = `0` (default) | `1`: the emulator checks every mailbox read and
+  /// put against the signal protocol and raises `ProtocolError` on a violation (docs/emulator.md).
+  bool check_protocol = false;
+
+  /// `FUSEDCOLL_LINK_GBPS` = GB/s (default 0 = unlimited) and `FUSEDCOLL_LINK_US` = microseconds
+  /// (default 0): the emulator's link model (docs/emulator.md, "Link model").
+  double link_gbps = 0;
+  double link_latency_us = 0;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;

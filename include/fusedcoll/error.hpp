@@ -23,6 +23,7 @@ enum class ErrorCode : std::uint8_t {
   timeout,           ///< A wait expired; the message names who waited for what.
   backend,           ///< A foreign API (MPI, HIP/CUDA, the OS) failed.
   internal,          ///< A fusedcoll invariant broke: a bug in fusedcoll.
+  protocol,          ///< A kernel broke the put/signal/wait protocol (emulator checking mode).
 };
 
 /// Lower-case name of `code`, e.g. "invalid_argument".
@@ -34,6 +35,7 @@ constexpr const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::timeout: return "timeout";
     case ErrorCode::backend: return "backend";
     case ErrorCode::internal: return "internal";
+    case ErrorCode::protocol: return "protocol";
   }
   return "unknown";
 }
@@ -77,6 +79,14 @@ class BackendError : public Error {
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& what) : Error(ErrorCode::internal, what) {}
+};
+
+/// A kernel broke the communication protocol: it read mailbox bytes before observing the signal
+/// that publishes them, or two puts of one call wrote the same destination bytes. Raised by the
+/// emulator's protocol checking mode; the message names both workgroups, the bytes and the slot.
+class ProtocolError : public Error {
+ public:
+  explicit ProtocolError(const std::string& what) : Error(ErrorCode::protocol, what) {}
 };
 
 /// Result of a non-throwing capability check (`can_implement`).
