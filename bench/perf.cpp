@@ -476,15 +476,29 @@ fc::emu::WorldOptions world_options(const Options& o) {
   return w;
 }
 
+/// The sizes of the sweep -b, -b*f, ... up to -e.
+std::vector<std::int64_t> sweep(const Options& o) {
+  std::vector<std::int64_t> sizes;
+  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
+       b *= o.factor)
+    sizes.push_back(static_cast<std::int64_t>(b));
+  return sizes;
+}
+
+/// Calls `time_calls` makes: the warm-up and the timed batches.
+int calls_per_size(const Options& o) {
+  const int batches = std::min(o.iters, 5);
+  return o.warmup + batches * std::max(1, o.iters / batches);
+}
+
 std::int64_t run_collectives(const Options& o, Printer& out) {
   fc::emu::World world(world_options(o));
   std::vector<std::uint64_t> sent(o.ranks, 0);
   std::int64_t wrong_total = 0;
-  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
-       b *= o.factor) {
+  for (const std::int64_t b : sweep(o)) {
     // Keep the size a multiple of 4 * P bytes so every rank's piece is whole elements.
     const std::int64_t unit = 4LL * o.ranks;
-    const std::int64_t bytes = std::max<std::int64_t>(unit, static_cast<std::int64_t>(b) / unit * unit);
+    const std::int64_t bytes = std::max<std::int64_t>(unit, b / unit * unit);
     const auto holder = make_collective(o, bytes);
     CollectiveCase& c = *holder;
     Row row;
@@ -493,9 +507,7 @@ std::int64_t run_collectives(const Options& o, Printer& out) {
     row.busbw_factor = c.busbw_factor;
     (void)wire_per_rank(world, sent, 1);
     row.seconds = time_calls(world, c.call, o.warmup, o.iters);
-    const int batches = std::min(o.iters, 5);
-    const int calls = o.warmup + batches * std::max(1, o.iters / batches);
-    row.wire = wire_per_rank(world, sent, calls);
+    row.wire = wire_per_rank(world, sent, calls_per_size(o));
     if (o.check) {
       c.ref();
       for (auto& r : c.recv) fc::poison(r.data(), r.size() * 4);
@@ -588,14 +600,12 @@ std::int64_t run_fused(const Options& o, Printer& out) {
   fc::emu::World world(world_options(o));
   std::vector<std::uint64_t> sent(o.ranks, 0);
   std::int64_t wrong_total = 0;
-  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
-       b *= o.factor) {
-    FusedCase c = make_fused_case(o, static_cast<std::int64_t>(b));
+  for (const std::int64_t b : sweep(o)) {
+    FusedCase c = make_fused_case(o, b);
     Row row;
     row.bytes = c.bytes;
     row.shape = c.shape;
-    const int batches = std::min(o.iters, 5);
-    const int calls = o.warmup + batches * std::max(1, o.iters / batches);
+    const int calls = calls_per_size(o);
     double* slot[] = {&row.seconds, &row.up_seconds, &row.out_seconds};
     const fc::Mode modes[] = {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out};
     for (int m = 0; m < 3; ++m) {
