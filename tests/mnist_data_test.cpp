@@ -55,9 +55,8 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("fc_mnist_") + info->test_suite_name() + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
+    path_ = fs::temp_directory_path() / (std::string("fc_mnist_") + info->test_suite_name() + "_" +
+                                         info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -154,7 +153,8 @@ TEST(MnistIdx, MissingAndCorruptFiles) {
   EXPECT_INVALID(mn::read_file_bytes(dir.path() / "nope"), "cannot open");
   const Bytes idx = mn::encode_idx({4, 28, 28}, Bytes(4 * 784, 7));
   Bytes gz = gzip(idx);
-  write(dir.path() / "t.gz", Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
+  write(dir.path() / "t.gz",
+        Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
   EXPECT_INVALID(mn::read_file_bytes(dir.path() / "t.gz"), "truncated gzip stream");
   gz[12] ^= 0xff;
   gz[13] ^= 0xff;
@@ -184,7 +184,8 @@ TEST(MnistIdx, FuzzTruncationsAndFlips) {
       const int flips = 1 + static_cast<int>(rng.below(4));
       // Bias the flips toward the headers, where they matter most.
       for (int f = 0; f < flips; ++f) {
-        const std::size_t at = rng.below(2) ? rng.below(std::min<std::size_t>(b.size(), 20)) : rng.below(b.size());
+        const std::size_t at =
+            rng.below(2) ? rng.below(std::min<std::size_t>(b.size(), 20)) : rng.below(b.size());
         b[at] ^= static_cast<std::uint8_t>(1 + rng.below(255));
       }
     }

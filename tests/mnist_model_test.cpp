@@ -52,8 +52,8 @@ std::vector<std::string> check_gradient(const std::function<D()>& loss, D* x, co
     const D numeric = (up - down) / (2 * kEps);
     const D scale = std::max({D(1), std::abs(numeric), std::abs(analytic[i])});
     if (!(std::abs(numeric - analytic[i]) <= kTol * scale))
-      failures.push_back(what + "[" + std::to_string(i) + "]: analytic " + std::to_string(analytic[i]) +
-                         " vs numeric " + std::to_string(numeric));
+      failures.push_back(what + "[" + std::to_string(i) + "]: analytic " +
+                         std::to_string(analytic[i]) + " vs numeric " + std::to_string(numeric));
   };
   if (which.empty())
     for (std::int64_t i = 0; i < n; ++i) check_one(i);
@@ -63,7 +63,8 @@ std::vector<std::string> check_gradient(const std::function<D()>& loss, D* x, co
 }
 
 void expect_no_failures(const std::vector<std::string>& failures) {
-  EXPECT_TRUE(failures.empty()) << failures.size() << " gradient mismatches, first: " << failures.front();
+  EXPECT_TRUE(failures.empty()) << failures.size()
+                                << " gradient mismatches, first: " << failures.front();
 }
 
 D weighted_sum(const MatD& y, const MatD& r) { return (y.array() * r.array()).sum(); }
@@ -96,7 +97,8 @@ TEST(MnistGradCheck, Conv2dInputWeightAndBias) {
   ASSERT_EQ(out.w, 4);
   std::vector<D> grads(params.size(), 0.0);
   const auto din = conv.backward({r, out.n, out.h, out.w}, params.data(), grads.data(), true);
-  expect_no_failures(check_gradient(loss, params.data(), grads.data(), conv.parameters(), "conv params"));
+  expect_no_failures(
+      check_gradient(loss, params.data(), grads.data(), conv.parameters(), "conv params"));
   expect_no_failures(check_gradient(loss, in.x.data(), din.x.data(), in.x.size(), "conv input"));
 }
 
@@ -130,7 +132,8 @@ TEST(MnistGradCheck, MaxPoolOddSizesDropTheLastRowAndColumn) {
         for (int x = 0; x < 2; ++x) {
           D m = -1e300;
           for (int dy = 0; dy < 2; ++dy)
-            for (int dx = 0; dx < 2; ++dx) m = std::max(m, in.x(c, (n * 7 + 2 * y + dy) * 5 + 2 * x + dx));
+            for (int dx = 0; dx < 2; ++dx)
+              m = std::max(m, in.x(c, (n * 7 + 2 * y + dy) * 5 + 2 * x + dx));
           EXPECT_EQ(out.x(c, (n * 3 + y) * 2 + x), m);
         }
   const MatD r = random_matrix(3, out.x.cols(), rng);
@@ -208,7 +211,7 @@ TEST(MnistGradCheck, DropoutRateAndScale) {
   MatD x = MatD::Ones(100, 200);
   drop.forward(x, 200, 1, rng);
   const double kept = (x.array() != 0).cast<double>().mean();
-  EXPECT_NEAR(kept, 0.5, 0.02);  // 20,000 draws: the standard deviation is 0.0035
+  EXPECT_NEAR(kept, 0.5, 0.02);      // 20,000 draws: the standard deviation is 0.0035
   EXPECT_NEAR(x.mean(), 1.0, 0.04);  // inverted dropout keeps the expectation
 }
 
@@ -224,7 +227,8 @@ TEST(MnistGradCheck, Linear) {
   const MatD dx = fc.backward(r, params.data(), grads.data());
   mn::Linear<D> probe = fc;
   const auto loss = [&] { return weighted_sum(probe.forward(x, params.data()), r); };
-  expect_no_failures(check_gradient(loss, params.data(), grads.data(), fc.parameters(), "fc params"));
+  expect_no_failures(
+      check_gradient(loss, params.data(), grads.data(), fc.parameters(), "fc params"));
   expect_no_failures(check_gradient(loss, x.data(), dx.data(), x.size(), "fc input"));
 }
 
@@ -271,12 +275,16 @@ TEST(MnistGradCheck, WholeNetworkWithDropout) {
     const std::int64_t len = bounds[t + 1] - bounds[t];
     which.push_back(bounds[t]);
     which.push_back(bounds[t + 1] - 1);
-    for (int i = 0; i < 12; ++i) which.push_back(bounds[t] + static_cast<std::int64_t>(pick.below(static_cast<std::uint64_t>(len))));
+    for (int i = 0; i < 12; ++i)
+      which.push_back(bounds[t] +
+                      static_cast<std::int64_t>(pick.below(static_cast<std::uint64_t>(len))));
   }
   int nonzero = 0;
   for (const auto i : which) nonzero += grads[static_cast<std::size_t>(i)] != 0;
-  EXPECT_GT(nonzero, static_cast<int>(which.size()) / 2) << "most sampled gradients should be non-zero";
-  expect_no_failures(check_gradient(loss, params.data(), grads.data(), net.parameters(), "net params", which));
+  EXPECT_GT(nonzero, static_cast<int>(which.size()) / 2)
+      << "most sampled gradients should be non-zero";
+  expect_no_failures(
+      check_gradient(loss, params.data(), grads.data(), net.parameters(), "net params", which));
 }
 
 TEST(MnistModel, EvaluationModeIsDeterministicAndTrainingModeUsesTheMasks) {

@@ -53,8 +53,8 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (std::string("fc_mnist_train_") + info->name() + "_" +
-                                         std::to_string(::getpid()));
+    path_ = fs::temp_directory_path() /
+            (std::string("fc_mnist_train_") + info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -75,7 +75,8 @@ TEST(MnistExchange, AveragesOverRanks) {
       world.run([&](fc::Communicator& comm) {
         // Values encode (rank, index); a count not divisible by P exercises uneven chunks.
         std::vector<float> g(21841);
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(comm.rank() * 4 + (i % 7));
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = static_cast<float>(comm.rank() * 4 + (i % 7));
         mn::exchange_gradients(comm, g, {.compression = mn::GradCompression::none, .algo = algo});
         got[static_cast<std::size_t>(comm.rank())] = g;
       });
@@ -83,7 +84,8 @@ TEST(MnistExchange, AveragesOverRanks) {
         for (std::size_t i = 0; i < got[0].size(); ++i) {
           // mean of 4r + (i % 7) over r = 2 (P - 1) + (i % 7): exact in f32 for these small values
           const float expect = static_cast<float>(2 * (p - 1) + static_cast<int>(i % 7));
-          ASSERT_EQ(got[static_cast<std::size_t>(r)][i], expect) << "P " << p << " rank " << r << " index " << i;
+          ASSERT_EQ(got[static_cast<std::size_t>(r)][i], expect)
+              << "P " << p << " rank " << r << " index " << i;
         }
     }
   }
@@ -105,14 +107,15 @@ TEST(MnistExchange, BytesPerStep) {
 
 TEST(MnistExchange, CompressionFlag) {
   EXPECT_EQ(mn::parse_compression("none"), mn::GradCompression::none);
-  for (const auto c : {mn::GradCompression::fp16, mn::GradCompression::bf16, mn::GradCompression::fp8_e4m3,
-                       mn::GradCompression::fp8_e5m2}) {
+  for (const auto c : {mn::GradCompression::fp16, mn::GradCompression::bf16,
+                       mn::GradCompression::fp8_e4m3, mn::GradCompression::fp8_e5m2}) {
     EXPECT_EQ(mn::parse_compression(mn::to_string(c)), c);
     try {
       mn::check_exchange({.compression = c});
       ADD_FAILURE() << mn::to_string(c) << " accepted";
     } catch (const fc::UnsupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find("not available in this build yet"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not available in this build yet"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_INVALID(mn::parse_compression("fp8"), "'fp8'", "fp8-e4m3");
@@ -144,7 +147,8 @@ TEST(MnistTrain, TwoWorkersOneEpochLossFalls) {
   EXPECT_TRUE(std::isfinite(e.train_loss));
   EXPECT_LT(e.test_loss, 0.5 * std::log(10.0)) << log.str();
   EXPECT_GT(e.test_accuracy, 0.6) << log.str();
-  EXPECT_LT(e.test_loss, e.train_loss) << "dropout is off at test time, so test loss should be lower";
+  EXPECT_LT(e.test_loss, e.train_loss)
+      << "dropout is off at test time, so test loss should be lower";
   EXPECT_NE(log.str().find("epoch 1/1 ["), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("samples/s"), std::string::npos) << log.str();
 }

@@ -45,9 +45,10 @@ std::vector<std::uint8_t> gunzip(const std::vector<std::uint8_t>& in, const std:
     const std::size_t produced = chunk.size() - zs.avail_out;
     if (rc != Z_OK && rc != Z_STREAM_END) {
       // Z_BUF_ERROR with input exhausted is a truncated stream, anything else corrupt data.
-      const std::string reason = (rc == Z_BUF_ERROR && zs.avail_in == 0)
-                                     ? std::string("truncated gzip stream")
-                                     : make_string("corrupt gzip stream (", zs.msg ? zs.msg : "zlib error ", rc, ")");
+      const std::string reason =
+          (rc == Z_BUF_ERROR && zs.avail_in == 0)
+              ? std::string("truncated gzip stream")
+              : make_string("corrupt gzip stream (", zs.msg ? zs.msg : "zlib error ", rc, ")");
       inflateEnd(&zs);
       throw InvalidArgument(make_string(what, ": ", reason));
     }
@@ -65,8 +66,9 @@ std::vector<std::uint8_t> gunzip(const std::vector<std::uint8_t>& in, const std:
 
 IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& what) {
   FC_ENFORCE_GE(bytes.size(), std::size_t{4}, what, ": too short for an IDX header");
-  FC_ENFORCE(bytes[0] == 0 && bytes[1] == 0, what, ": bad IDX magic (first two bytes must be 0, got ",
-             int{bytes[0]}, " ", int{bytes[1]}, ")");
+  FC_ENFORCE(bytes[0] == 0 && bytes[1] == 0, what,
+             ": bad IDX magic (first two bytes must be 0, got ", int{bytes[0]}, " ", int{bytes[1]},
+             ")");
   FC_ENFORCE_EQ(int{bytes[2]}, int{kUnsignedByte}, what, ": IDX element type is not unsigned byte");
   const int ndims = bytes[3];
   FC_ENFORCE(ndims >= 1 && ndims <= 3, what, ": IDX has ", ndims, " dimensions (expected 1 to 3)");
@@ -78,7 +80,8 @@ IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& wh
     const std::uint32_t n = read_be32(bytes.data() + 4 + 4 * d);
     FC_ENFORCE_GT(n, 0u, what, ": IDX dimension ", d, " is zero");
     expected *= n;
-    FC_ENFORCE_LE(expected, std::uint64_t{kMaxBytes}, what, ": IDX dimensions are implausibly large");
+    FC_ENFORCE_LE(expected, std::uint64_t{kMaxBytes}, what,
+                  ": IDX dimensions are implausibly large");
     out.dims.push_back(n);
   }
   FC_ENFORCE_EQ(bytes.size() - header, expected, what,
@@ -90,7 +93,8 @@ IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& wh
 std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   FC_ENFORCE(in.good(), "cannot open ", path.string());
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
   FC_ENFORCE(!in.bad(), "error reading ", path.string());
   return maybe_gunzip(std::move(bytes), path.string());
 }
@@ -101,12 +105,13 @@ std::vector<std::uint8_t> maybe_gunzip(std::vector<std::uint8_t> bytes, const st
 }
 
 Dataset make_dataset(const IdxArray& images, const IdxArray& labels, const std::string& what) {
-  FC_ENFORCE_EQ(images.dims.size(), std::size_t{3}, what, ": the image file must have 3 dimensions");
+  FC_ENFORCE_EQ(images.dims.size(), std::size_t{3}, what,
+                ": the image file must have 3 dimensions");
   FC_ENFORCE_EQ(labels.dims.size(), std::size_t{1}, what, ": the label file must have 1 dimension");
   FC_ENFORCE_EQ(images.dims[0], labels.dims[0], what, ": image and label counts differ");
   // The network's geometry (two 5x5 convolutions, two 2x2 pools, 320 features) fixes 28x28.
-  FC_ENFORCE(images.dims[1] == 28 && images.dims[2] == 28, what, ": images are ", images.dims[1], "x",
-             images.dims[2], ", the model needs 28x28");
+  FC_ENFORCE(images.dims[1] == 28 && images.dims[2] == 28, what, ": images are ", images.dims[1],
+             "x", images.dims[2], ", the model needs 28x28");
   for (std::size_t i = 0; i < labels.data.size(); ++i)
     FC_ENFORCE_LT(int{labels.data[i]}, 10, what, ": label ", i, " is not a digit");
   Dataset set;
@@ -123,7 +128,8 @@ std::filesystem::path pick(const std::filesystem::path& dir, const std::string& 
   if (std::filesystem::exists(raw)) return raw;
   const auto gz = dir / (name + ".gz");
   if (std::filesystem::exists(gz)) return gz;
-  throw InvalidArgument(make_string("missing MNIST file ", raw.string(), " (or .gz); run scripts/get-mnist "
+  throw InvalidArgument(make_string("missing MNIST file ", raw.string(),
+                                    " (or .gz); run scripts/get-mnist "
                                     "or pass --data-dir with the IDX files"));
 }
 }  // namespace
@@ -155,10 +161,12 @@ void save_mnist(const Dataset& set, const std::filesystem::path& dir, const std:
   std::filesystem::create_directories(dir);
   const auto write = [](const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     FC_ENFORCE(out.good(), "cannot write ", path.string());
   };
-  write(dir / (prefix + "-images-idx3-ubyte"), encode_idx({set.size(), set.rows, set.cols}, set.pixels));
+  write(dir / (prefix + "-images-idx3-ubyte"),
+        encode_idx({set.size(), set.rows, set.cols}, set.pixels));
   write(dir / (prefix + "-labels-idx1-ubyte"), encode_idx({set.size()}, set.labels));
 }
 

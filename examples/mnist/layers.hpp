@@ -11,7 +11,6 @@
 /// matter for a model trained from scratch).
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -74,7 +73,8 @@ struct Conv2d {
 
   Act<T> forward(const Act<T>& in, const T* params) {
     FC_ENFORCE_EQ(in.channels(), in_c, "Conv2d input channels");
-    FC_ENFORCE(in.h >= k && in.w >= k, "Conv2d input ", in.h, "x", in.w, " smaller than kernel ", k);
+    FC_ENFORCE(in.h >= k && in.w >= k, "Conv2d input ", in.h, "x", in.w, " smaller than kernel ",
+               k);
     in_ = {Mat<T>(), in.n, in.h, in.w};
     const int oh = in.h - k + 1;
     const int ow = in.w - k + 1;
@@ -153,7 +153,8 @@ struct MaxPool2 {
             T best_v = -std::numeric_limits<T>::infinity();
             for (int dy = 0; dy < 2; ++dy)
               for (int dx = 0; dx < 2; ++dx) {
-                const std::int64_t i = ((std::int64_t{n} * in.h + 2 * y + dy) * in.w + 2 * x + dx) * c + ch;
+                const std::int64_t i =
+                    ((std::int64_t{n} * in.h + 2 * y + dy) * in.w + 2 * x + dx) * c + ch;
                 const T v = in.x.data()[i];
                 // `!(v <= best_v)` rather than `v > best_v`: a NaN wins, so it propagates.
                 if (best < 0 || !(v <= best_v)) {
@@ -169,7 +170,8 @@ struct MaxPool2 {
   }
 
   Act<T> backward(const Act<T>& dout) const {
-    Act<T> din{Mat<T>::Zero(dout.channels(), std::int64_t{in_.n} * in_.h * in_.w), in_.n, in_.h, in_.w};
+    Act<T> din{Mat<T>::Zero(dout.channels(), std::int64_t{in_.n} * in_.h * in_.w), in_.n, in_.h,
+               in_.w};
     for (std::int64_t i = 0; i < dout.x.size(); ++i)
       din.x.data()[argmax_[static_cast<std::size_t>(i)]] += dout.x.data()[i];
     return din;
@@ -217,7 +219,8 @@ struct Dropout {
           for (std::int64_t j = 0; j < spatial; ++j) mask_(c, s * spatial + j) = m;
         }
     } else {
-      for (std::int64_t i = 0; i < mask_.size(); ++i) mask_.data()[i] = rng.uniform() < p ? T(0) : keep_scale;
+      for (std::int64_t i = 0; i < mask_.size(); ++i)
+        mask_.data()[i] = rng.uniform() < p ? T(0) : keep_scale;
     }
     x.array() *= mask_.array();
   }
@@ -278,9 +281,11 @@ Mat<T> log_softmax(const Mat<T>& z) {
 /// its gradient with respect to the logits that produced `logp` through `log_softmax`:
 /// (softmax - onehot) / N.
 template <class T>
-T nll_loss(const Mat<T>& logp, const std::vector<int>& labels, std::type_identity_t<Mat<T>>* dlogits) {
+T nll_loss(const Mat<T>& logp, const std::vector<int>& labels,
+           std::type_identity_t<Mat<T>>* dlogits) {
   const auto n = logp.cols();
-  FC_ENFORCE_EQ(static_cast<std::int64_t>(labels.size()), static_cast<std::int64_t>(n), "labels per batch");
+  FC_ENFORCE_EQ(static_cast<std::int64_t>(labels.size()), static_cast<std::int64_t>(n),
+                "labels per batch");
   T loss = 0;
   for (std::int64_t j = 0; j < n; ++j) {
     FC_ENFORCE(labels[j] >= 0 && labels[j] < logp.rows(), "label ", labels[j], " out of range");

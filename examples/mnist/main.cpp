@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -125,7 +126,8 @@ int run(int argc, char** argv) {
     } else if (flag == "--report-dir") {
       report_dir = value();
     } else {
-      throw fc::InvalidArgument(fc::detail::make_string("unknown option '", flag, "' (see --help)"));
+      throw fc::InvalidArgument(
+          fc::detail::make_string("unknown option '", flag, "' (see --help)"));
     }
   }
   // Fail on an unavailable codec before loading data or training for minutes.
@@ -136,17 +138,21 @@ int run(int argc, char** argv) {
   std::cerr << "data: " << train.size() << " training and " << test.size() << " test images from "
             << data_dir << "\n";
   if (report) {
-    mn::write_report(train, test, options, mn::report_grid(), report_dir, quote_command(argc, argv), std::cerr);
+    mn::write_report(train, test, options, mn::report_grid(), report_dir, quote_command(argc, argv),
+                     std::cerr);
     return 0;
   }
   std::cerr << "training on " << options.workers << " worker(s), batch " << options.batch_size
             << " per worker, lr " << options.lr * options.workers << ", compress "
             << mn::to_string(options.exchange.compression) << ", AllReduce "
             << fc::to_string(options.exchange.algo) << "\n";
+  const auto t0 = std::chrono::steady_clock::now();
   const mn::TrainResult r = mn::train(train, test, options, &std::cerr);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "workers " << options.workers << "  epochs " << r.epochs.size() << "  test accuracy "
             << 100 * r.epochs.back().test_accuracy << "%  training time " << r.train_seconds
-            << " s  gradient bytes sent per step (rank 0) " << r.bytes_per_step << "\n";
+            << " s  wall time " << wall << " s (with evaluation)  gradient bytes sent per step (rank 0) "
+            << r.bytes_per_step << "\n";
   return 0;
 }
 

@@ -90,8 +90,9 @@ class Net {
     drop_.backward(dh);
     relu3_.backward(dh);
     Mat<T> dflat = fc1_.backward(dh, params, grads);
-    Act<T> d{Eigen::Map<const Mat<T>>(dflat.data(), dflat.size() / (std::int64_t{pooled_.n} * pooled_.h * pooled_.w),
-                                      std::int64_t{pooled_.n} * pooled_.h * pooled_.w),
+    Act<T> d{Eigen::Map<const Mat<T>>(
+                 dflat.data(), dflat.size() / (std::int64_t{pooled_.n} * pooled_.h * pooled_.w),
+                 std::int64_t{pooled_.n} * pooled_.h * pooled_.w),
              pooled_.n, pooled_.h, pooled_.w};
     relu2_.backward(d.x);
     d = pool2_.backward(d);
@@ -104,8 +105,8 @@ class Net {
 
   /// One training step's loss and gradient: forward, NLL against `labels`, backward. Gradients are
   /// accumulated into `grads`; the loss is the batch mean.
-  T loss_and_gradient(const Mat<T>& images, const std::vector<int>& labels, const T* params, T* grads,
-                      Rng& rng) {
+  T loss_and_gradient(const Mat<T>& images, const std::vector<int>& labels, const T* params,
+                      T* grads, Rng& rng) {
     const Mat<T> logp = forward(images, params, &rng);
     Mat<T> dlogits;
     const T loss = nll_loss(logp, labels, &dlogits);

@@ -50,12 +50,14 @@ Mat<float> gather_images(const Dataset& set, const std::int64_t* idx, std::int64
 /// rank, padded by wrapping around to a multiple of the world size (as PyTorch's
 /// DistributedSampler does, so every rank runs the same number of steps), then dealt out
 /// round-robin.
-std::vector<std::int64_t> shard_of_epoch(std::int64_t n, int rank, int world, std::uint64_t seed, int epoch) {
+std::vector<std::int64_t> shard_of_epoch(std::int64_t n, int rank, int world, std::uint64_t seed,
+                                         int epoch) {
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
   std::iota(perm.begin(), perm.end(), std::int64_t{0});
   Rng rng(seed ^ (0xa0761d6478bd642fULL * static_cast<std::uint64_t>(epoch + 1)));
   for (std::int64_t i = n - 1; i > 0; --i)
-    std::swap(perm[static_cast<std::size_t>(i)], perm[rng.below(static_cast<std::uint64_t>(i + 1))]);
+    std::swap(perm[static_cast<std::size_t>(i)],
+              perm[rng.below(static_cast<std::uint64_t>(i + 1))]);
   const std::int64_t per_rank = (n + world - 1) / world;
   std::vector<std::int64_t> shard(static_cast<std::size_t>(per_rank));
   for (std::int64_t i = 0; i < per_rank; ++i)
@@ -73,8 +75,8 @@ struct Eval {
 };
 
 /// Test loss and accuracy: each rank scores its contiguous chunk, then one AllReduce of the sums.
-Eval evaluate(Communicator& comm, Net<float>& net, const std::vector<float>& params, const Dataset& test,
-              int batch) {
+Eval evaluate(Communicator& comm, Net<float>& net, const std::vector<float>& params,
+              const Dataset& test, int batch) {
   const Chunk mine = chunk_of(test.size(), comm.size(), comm.rank());
   std::vector<std::int64_t> idx(static_cast<std::size_t>(mine.length));
   std::iota(idx.begin(), idx.end(), mine.offset);
@@ -101,7 +103,12 @@ Eval evaluate(Communicator& comm, Net<float>& net, const std::vector<float>& par
 class ProgressBar {
  public:
   ProgressBar(std::ostream* out, bool redraw, int epoch, int epochs, std::int64_t total)
-      : out_(out), redraw_(redraw), epoch_(epoch), epochs_(epochs), total_(total), t0_(Clock::now()) {}
+      : out_(out),
+        redraw_(redraw),
+        epoch_(epoch),
+        epochs_(epochs),
+        total_(total),
+        t0_(Clock::now()) {}
 
   void update(std::int64_t done, double loss, bool last) {
     if (out_ == nullptr || (!redraw_ && !last)) return;
@@ -112,9 +119,10 @@ class ProgressBar {
     const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
     *out_ << (redraw_ ? "\r" : "") << "epoch " << epoch_ << "/" << epochs_ << " ["
           << std::string(static_cast<std::size_t>(filled), '#')
-          << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << done << "/" << total_
-          << "  " << std::fixed << std::setprecision(0) << (t > 0 ? done / t : 0.0) << " samples/s  loss "
-          << std::setprecision(4) << loss << std::defaultfloat << (last ? "\n" : "") << std::flush;
+          << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << done << "/"
+          << total_ << "  " << std::fixed << std::setprecision(0) << (t > 0 ? done / t : 0.0)
+          << " samples/s  loss " << std::setprecision(4) << loss << std::defaultfloat
+          << (last ? "\n" : "") << std::flush;
   }
 
  private:
@@ -131,11 +139,16 @@ class ProgressBar {
 
 const char* to_string(GradCompression c) noexcept {
   switch (c) {
-    case GradCompression::none: return "none";
-    case GradCompression::fp16: return "fp16";
-    case GradCompression::bf16: return "bf16";
-    case GradCompression::fp8_e4m3: return "fp8-e4m3";
-    case GradCompression::fp8_e5m2: return "fp8-e5m2";
+    case GradCompression::none:
+      return "none";
+    case GradCompression::fp16:
+      return "fp16";
+    case GradCompression::bf16:
+      return "bf16";
+    case GradCompression::fp8_e4m3:
+      return "fp8-e4m3";
+    case GradCompression::fp8_e5m2:
+      return "fp8-e5m2";
   }
   return "invalid";
 }
@@ -157,7 +170,8 @@ void check_exchange(const ExchangeOptions& options) {
                                        "(only 'none')"));
 }
 
-void exchange_gradients(Communicator& comm, std::span<float> grads, const ExchangeOptions& options) {
+void exchange_gradients(Communicator& comm, std::span<float> grads,
+                        const ExchangeOptions& options) {
   check_exchange(options);
   all_reduce(comm, {.send = grads.data(),
                     .recv = grads.data(),
@@ -167,16 +181,23 @@ void exchange_gradients(Communicator& comm, std::span<float> grads, const Exchan
                     .algo = options.algo});
 }
 
-std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size, const ExchangeOptions& options) {
+std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
+                                     const ExchangeOptions& options) {
   FC_ENFORCE_GE(world_size, 1, "world size");
   if (world_size == 1) return 0;
   std::int64_t element_bytes = 4;
   switch (options.compression) {
-    case GradCompression::none: element_bytes = 4; break;
+    case GradCompression::none:
+      element_bytes = 4;
+      break;
     case GradCompression::fp16:
-    case GradCompression::bf16: element_bytes = 2; break;
+    case GradCompression::bf16:
+      element_bytes = 2;
+      break;
     case GradCompression::fp8_e4m3:
-    case GradCompression::fp8_e5m2: element_bytes = 1; break;
+    case GradCompression::fp8_e5m2:
+      element_bytes = 1;
+      break;
   }
   const std::int64_t own = chunk_of(count, world_size, 0).length;
   // Reduce-scatter: rank 0 sends every chunk but its own (direct: straight to the owner; ring:
@@ -193,10 +214,12 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
   FC_ENFORCE_GE(options.epochs, 1, "--epochs");
   FC_ENFORCE_GE(options.batch_size, 1, "--batch-size");
   FC_ENFORCE_GE(options.test_batch_size, 1, "--test-batch-size");
-  FC_ENFORCE(options.lr > 0 && std::isfinite(options.lr), "--lr must be positive, got ", options.lr);
+  FC_ENFORCE(options.lr > 0 && std::isfinite(options.lr), "--lr must be positive, got ",
+             options.lr);
   FC_ENFORCE(options.momentum >= 0 && options.momentum < 1, "--momentum must be in [0, 1), got ",
              options.momentum);
-  FC_ENFORCE_GE(train.size(), std::int64_t{comm.size()}, "training set smaller than the worker count");
+  FC_ENFORCE_GE(train.size(), std::int64_t{comm.size()},
+                "training set smaller than the worker count");
   FC_ENFORCE_GE(test.size(), std::int64_t{1}, "empty test set");
   check_exchange(options.exchange);
   const int rank = comm.rank();
@@ -207,12 +230,17 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
   const auto n_params = net.parameters();
   std::vector<float> params(static_cast<std::size_t>(n_params), 0.0f);
   if (rank == 0) params = net.initial_parameters(options.seed);
-  broadcast(comm, {.send = params.data(), .recv = params.data(), .count = n_params, .dtype = DType::f32, .root = 0});
+  broadcast(comm, {.send = params.data(),
+                   .recv = params.data(),
+                   .count = n_params,
+                   .dtype = DType::f32,
+                   .root = 0});
 
   std::vector<float> grads(params.size());
   std::vector<float> velocity(params.size(), 0.0f);
   // Distinct dropout masks per rank, reproducible from the seed.
-  Rng dropout_rng(options.seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL * static_cast<std::uint64_t>(rank + 1));
+  Rng dropout_rng(options.seed * 0x9e3779b97f4a7c15ULL +
+                  0x632be59bd9b4e019ULL * static_cast<std::uint64_t>(rank + 1));
   const float lr = static_cast<float>(options.lr * world);
   const auto momentum = static_cast<float>(options.momentum);
 
@@ -221,11 +249,12 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
   result.bytes_per_step = exchange_bytes_per_step(n_params, world, options.exchange);
   const std::int64_t shard_len = (train.size() + world - 1) / world;
   result.steps_per_epoch = (shard_len + options.batch_size - 1) / options.batch_size;
-  
+
   std::vector<int> labels;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     const auto shard = shard_of_epoch(train.size(), rank, world, options.seed, epoch);
-    ProgressBar bar(options.progress ? log : nullptr, options.redraw_progress, epoch + 1, options.epochs, shard_len * world);
+    ProgressBar bar(options.progress ? log : nullptr, options.redraw_progress, epoch + 1,
+                    options.epochs, shard_len * world);
     const auto t0 = Clock::now();
     double loss_sum = 0;
     for (std::int64_t step = 0; step < result.steps_per_epoch; ++step) {
@@ -234,8 +263,8 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
       const Mat<float> x = gather_images(train, shard.data() + begin, count, labels);
       std::fill(grads.begin(), grads.end(), 0.0f);
       const float loss = net.loss_and_gradient(x, labels, params.data(), grads.data(), dropout_rng);
-      FC_ENFORCE(std::isfinite(loss), "training diverged: loss ", loss, " at epoch ", epoch + 1, " step ", step,
-                 " (try a smaller --lr)");
+      FC_ENFORCE(std::isfinite(loss), "training diverged: loss ", loss, " at epoch ", epoch + 1,
+                 " step ", step, " (try a smaller --lr)");
       loss_sum += loss;
       exchange_gradients(comm, grads, options.exchange);
       // PyTorch's SGD with momentum: v = m v + g; p -= lr v.
@@ -259,17 +288,19 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
     result.train_seconds += stats.train_seconds;
     result.epochs.push_back(stats);
     if (log != nullptr)
-      *log << "epoch " << stats.epoch << ": train loss " << std::fixed << std::setprecision(4) << stats.train_loss
-           << ", test loss " << stats.test_loss << ", test accuracy " << std::setprecision(2)
-           << 100 * stats.test_accuracy << "% (" << static_cast<std::int64_t>(std::lround(stats.test_accuracy * test.size()))
-           << "/" << test.size() << "), " << std::setprecision(2) << stats.train_seconds << " s\n"
+      *log << "epoch " << stats.epoch << ": train loss " << std::fixed << std::setprecision(4)
+           << stats.train_loss << ", test loss " << stats.test_loss << ", test accuracy "
+           << std::setprecision(2) << 100 * stats.test_accuracy << "% ("
+           << static_cast<std::int64_t>(std::lround(stats.test_accuracy * test.size())) << "/"
+           << test.size() << "), " << std::setprecision(2) << stats.train_seconds << " s\n"
            << std::defaultfloat << std::flush;
   }
   result.final_parameters = std::move(params);
   return result;
 }
 
-TrainResult train(const Dataset& train_set, const Dataset& test_set, const TrainOptions& options, std::ostream* log) {
+TrainResult train(const Dataset& train_set, const Dataset& test_set, const TrainOptions& options,
+                  std::ostream* log) {
   FC_ENFORCE_GE(options.workers, 1, "--workers");
   // One compute unit per virtual device: the workers' own host threads do the training math; the
   // device threads only move the gradient buffer.
@@ -315,8 +346,9 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
     TrainOptions o = base;
     o.workers = config.workers;
     o.exchange.compression = config.compression;
-    log << "== " << config.name << " (" << config.workers << " worker" << (config.workers > 1 ? "s" : "")
-        << ", compress " << to_string(config.compression) << ")\n";
+    log << "== " << config.name << " (" << config.workers << " worker"
+        << (config.workers > 1 ? "s" : "") << ", compress " << to_string(config.compression)
+        << ")\n";
     results.push_back(train(train_set, test_set, o, &log));
   }
 
@@ -325,18 +357,20 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
     std::ofstream dat(dir / "accuracy.dat");
     for (std::size_t c = 0; c < grid.size(); ++c) {
       dat << "# " << grid[c].name << "\nepoch accuracy\n0 NaN\n";
-      for (const auto& e : results[c].epochs) dat << e.epoch << " " << 100 * e.test_accuracy << "\n";
+      for (const auto& e : results[c].epochs)
+        dat << e.epoch << " " << 100 * e.test_accuracy << "\n";
       dat << "\n\n";  // gnuplot: a new data set per configuration (`index`)
     }
   }
   {
     std::ofstream gp(dir / "accuracy.gp");
     gp << "set terminal pngcairo size 800,500\nset output 'accuracy.png'\n"
-          "set title 'MNIST test accuracy per epoch'\nset xlabel 'epoch'\nset ylabel 'test accuracy (%)'\n"
+          "set title 'MNIST test accuracy per epoch'\nset xlabel 'epoch'\nset ylabel 'test "
+          "accuracy (%)'\n"
           "set key bottom right\nset grid\nset xtics 1\nset datafile missing 'NaN'\nplot ";
     for (std::size_t c = 0; c < grid.size(); ++c)
-      gp << (c ? ", \\\n     " : "") << "'accuracy.dat' index " << c << " using 1:2 with linespoints title '"
-         << grid[c].name << "'";
+      gp << (c ? ", \\\n     " : "") << "'accuracy.dat' index " << c
+         << " using 1:2 with linespoints title '" << grid[c].name << "'";
     gp << "\n";
   }
   {
@@ -345,20 +379,22 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
        << "Generated by `" << command << "` (see docs/mnist.md).\n\n"
        << "Machine: " << cpu_model() << ", " << std::thread::hardware_concurrency()
        << " hardware threads; workers are threads of the fusedcoll emulator (one process).\n"
-       << "Training set " << train_set.size() << " images, test set " << test_set.size() << " images; "
-       << base.epochs << " epochs, batch " << base.batch_size << " per worker, lr " << base.lr
-       << " x workers, momentum " << base.momentum << ", seed " << base.seed << ".\n\n"
-       << "| configuration | workers | compression | training time (s) | s/epoch | final test accuracy | "
+       << "Training set " << train_set.size() << " images, test set " << test_set.size()
+       << " images; " << base.epochs << " epochs, batch " << base.batch_size << " per worker, lr "
+       << base.lr << " x workers, momentum " << base.momentum << ", seed " << base.seed << ".\n\n"
+       << "| configuration | workers | compression | training time (s) | s/epoch | final test "
+          "accuracy | "
           "best test accuracy | bytes sent per step (rank 0) | steps/epoch |\n"
        << "|---|---:|---|---:|---:|---:|---:|---:|---:|\n";
     for (std::size_t c = 0; c < grid.size(); ++c) {
       const auto& r = results[c];
       double best = 0;
       for (const auto& e : r.epochs) best = std::max(best, e.test_accuracy);
-      md << "| " << grid[c].name << " | " << grid[c].workers << " | " << to_string(grid[c].compression) << " | "
-         << std::fixed << std::setprecision(1) << r.train_seconds << " | " << r.train_seconds / r.epochs.size()
-         << " | " << std::setprecision(2) << 100 * r.epochs.back().test_accuracy << "% | " << 100 * best << "% | "
-         << r.bytes_per_step << " | " << r.steps_per_epoch << " |\n"
+      md << "| " << grid[c].name << " | " << grid[c].workers << " | "
+         << to_string(grid[c].compression) << " | " << std::fixed << std::setprecision(1)
+         << r.train_seconds << " | " << r.train_seconds / r.epochs.size() << " | "
+         << std::setprecision(2) << 100 * r.epochs.back().test_accuracy << "% | " << 100 * best
+         << "% | " << r.bytes_per_step << " | " << r.steps_per_epoch << " |\n"
          << std::defaultfloat;
     }
     md << "\nTest accuracy (%) per epoch:\n\n| epoch |";
@@ -368,15 +404,18 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
     md << "\n";
     for (std::size_t e = 0; e < results[0].epochs.size(); ++e) {
       md << "| " << e + 1 << " |";
-      for (const auto& r : results) md << " " << std::fixed << std::setprecision(2) << 100 * r.epochs[e].test_accuracy << " |";
+      for (const auto& r : results)
+        md << " " << std::fixed << std::setprecision(2) << 100 * r.epochs[e].test_accuracy << " |";
       md << std::defaultfloat << "\n";
     }
     md << "\n![test accuracy per epoch](accuracy.png)\n";
   }
   // gnuplot is optional (docs/mnist.md): without it the data and script are still written.
-  const std::string plot = make_string("cd '", dir.string(), "' && command -v gnuplot >/dev/null 2>&1 && gnuplot accuracy.gp");
+  const std::string plot = make_string(
+      "cd '", dir.string(), "' && command -v gnuplot >/dev/null 2>&1 && gnuplot accuracy.gp");
   if (std::system(plot.c_str()) != 0)
-    log << "note: gnuplot not found or failed; run `gnuplot accuracy.gp` in " << out_dir << " for the PNG\n";
+    log << "note: gnuplot not found or failed; run `gnuplot accuracy.gp` in " << out_dir
+        << " for the PNG\n";
   log << "report written to " << out_dir << "/results.md\n";
 }
 

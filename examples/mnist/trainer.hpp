@@ -40,33 +40,34 @@ void exchange_gradients(Communicator& comm, std::span<float> grads, const Exchan
 /// Bytes this rank puts on the wire per `exchange_gradients` of `count` elements on `world_size`
 /// ranks (the direct and ring algorithms both send 2 (P-1)/P of the buffer per rank; for rank 0
 /// exactly, with the remainder elements of `chunk_of`).
-std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size, const ExchangeOptions& options);
+std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
+                                     const ExchangeOptions& options);
 
 struct TrainOptions {
   int workers = 1;
   int epochs = 10;
-  int batch_size = 64;          ///< per worker
-  double lr = 0.01;             ///< per worker: the step size is lr x workers (Horovod's rule)
+  int batch_size = 64;  ///< per worker
+  double lr = 0.01;     ///< per worker: the step size is lr x workers (Horovod's rule)
   double momentum = 0.5;
   std::uint64_t seed = 42;
   int test_batch_size = 1000;
   ExchangeOptions exchange;
-  bool progress = true;         ///< a progress bar on rank 0
-  bool redraw_progress = false; ///< redraw the bar in place (a terminal); else one line per epoch
+  bool progress = true;          ///< a progress bar on rank 0
+  bool redraw_progress = false;  ///< redraw the bar in place (a terminal); else one line per epoch
 };
 
 struct EpochStats {
-  int epoch = 0;                ///< 1-based
-  double train_loss = 0;        ///< mean over the epoch's steps and workers
+  int epoch = 0;          ///< 1-based
+  double train_loss = 0;  ///< mean over the epoch's steps and workers
   double test_loss = 0;
-  double test_accuracy = 0;     ///< fraction in [0, 1]
-  double train_seconds = 0;     ///< wall time of the epoch's training steps (no evaluation)
+  double test_accuracy = 0;  ///< fraction in [0, 1]
+  double train_seconds = 0;  ///< wall time of the epoch's training steps (no evaluation)
   double samples_per_second = 0;
 };
 
 struct TrainResult {
   std::vector<EpochStats> epochs;
-  double train_seconds = 0;     ///< sum of the epochs' training time
+  double train_seconds = 0;  ///< sum of the epochs' training time
   std::int64_t steps_per_epoch = 0;
   std::int64_t parameters = 0;
   std::int64_t bytes_per_step = 0;  ///< rank 0's gradient bytes on the wire per step
