@@ -154,7 +154,7 @@ TEST(MnistTrain, TwoWorkersOneEpochLossFalls) {
 }
 
 TEST(MnistTrain, DeterministicForSeedAndWorkers) {
-  const auto train = synthetic(300, 3);
+  const auto train = synthetic(160, 3);
   const auto test = synthetic(40, 4);
   mn::TrainOptions o;
   o.epochs = 2;

@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
 #include <ostream>
-#include <sstream>
 #include <thread>
 
 #include "examples/mnist/model.hpp"
@@ -323,6 +321,14 @@ std::vector<ReportConfig> report_grid() {
 
 namespace {
 
+// The machine may be shared; the report records how busy it was so the times can be judged.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one_minute;
+  in >> one_minute;
+  return one_minute.empty() ? std::string("n/a") : one_minute;
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -342,7 +348,9 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
   FC_ENFORCE(!grid.empty(), "empty report grid");
   std::filesystem::create_directories(out_dir);
   std::vector<TrainResult> results;
+  std::vector<std::string> loads;
   for (const auto& config : grid) {
+    loads.push_back(load_average());
     TrainOptions o = base;
     o.workers = config.workers;
     o.exchange.compression = config.compression;
@@ -383,9 +391,8 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
        << " images; " << base.epochs << " epochs, batch " << base.batch_size << " per worker, lr "
        << base.lr << " x workers, momentum " << base.momentum << ", seed " << base.seed << ".\n\n"
        << "| configuration | workers | compression | training time (s) | s/epoch | final test "
-          "accuracy | "
-          "best test accuracy | bytes sent per step (rank 0) | steps/epoch |\n"
-       << "|---|---:|---|---:|---:|---:|---:|---:|---:|\n";
+          "accuracy | best test accuracy | bytes sent per step (rank 0) | steps/epoch | load average at start |\n"
+       << "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (std::size_t c = 0; c < grid.size(); ++c) {
       const auto& r = results[c];
       double best = 0;
@@ -394,7 +401,7 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
          << to_string(grid[c].compression) << " | " << std::fixed << std::setprecision(1)
          << r.train_seconds << " | " << r.train_seconds / r.epochs.size() << " | "
          << std::setprecision(2) << 100 * r.epochs.back().test_accuracy << "% | " << 100 * best
-         << "% | " << r.bytes_per_step << " | " << r.steps_per_epoch << " |\n"
+         << "% | " << r.bytes_per_step << " | " << r.steps_per_epoch << " | " << loads[c] << " |\n"
          << std::defaultfloat;
     }
     md << "\nTest accuracy (%) per epoch:\n\n| epoch |";
