@@ -67,6 +67,33 @@ class TempDir {
 
 }  // namespace
 
+TEST(MnistShard, RanksCoverTheEpochOnce) {
+  for (const int p : {1, 2, 3, 4, 7}) {
+    for (const std::int64_t n : {7, 28, 1000}) {
+      if (n < p) continue;
+      std::vector<int> seen(static_cast<std::size_t>(n), 0);
+      for (int r = 0; r < p; ++r) {
+        const auto s = mn::epoch_shard(n, r, p, 42, 0);
+        ASSERT_EQ(static_cast<std::int64_t>(s.size()), (n + p - 1) / p) << "P " << p << " n " << n;
+        for (const auto i : s) {
+          ASSERT_TRUE(i >= 0 && i < n) << i;
+          ++seen[static_cast<std::size_t>(i)];
+        }
+      }
+      // Every index once, plus the wrap-around padding (the first indices of the permutation).
+      std::int64_t extra = 0;
+      for (const int c : seen) {
+        EXPECT_GE(c, 1);
+        extra += c - 1;
+      }
+      EXPECT_EQ(extra, (n + p - 1) / p * p - n) << "P " << p << " n " << n;
+    }
+  }
+  EXPECT_EQ(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 42, 3));
+  EXPECT_NE(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 42, 4));  // reshuffled
+  EXPECT_NE(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 43, 3));
+}
+
 TEST(MnistExchange, AveragesOverRanks) {
   for (const int p : {1, 2, 3, 4}) {
     for (const auto algo : {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring}) {

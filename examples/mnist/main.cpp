@@ -151,8 +151,9 @@ int run(int argc, char** argv) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "workers " << options.workers << "  epochs " << r.epochs.size() << "  test accuracy "
             << 100 * r.epochs.back().test_accuracy << "%  training time " << r.train_seconds
-            << " s  wall time " << wall << " s (with evaluation)  gradient bytes sent per step (rank 0) "
-            << r.bytes_per_step << "\n";
+            << " s  wall time " << wall
+            << " s (with evaluation)  gradient bytes sent per step (rank 0) " << r.bytes_per_step
+            << "\n";
   return 0;
 }
 

@@ -44,25 +44,6 @@ Mat<float> gather_images(const Dataset& set, const std::int64_t* idx, std::int64
   return x;
 }
 
-/// This rank's indices for `epoch`: a seeded shuffle of the whole training set shared by every
-/// rank, padded by wrapping around to a multiple of the world size (as PyTorch's
-/// DistributedSampler does, so every rank runs the same number of steps), then dealt out
-/// round-robin.
-std::vector<std::int64_t> shard_of_epoch(std::int64_t n, int rank, int world, std::uint64_t seed,
-                                         int epoch) {
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
-  std::iota(perm.begin(), perm.end(), std::int64_t{0});
-  Rng rng(seed ^ (0xa0761d6478bd642fULL * static_cast<std::uint64_t>(epoch + 1)));
-  for (std::int64_t i = n - 1; i > 0; --i)
-    std::swap(perm[static_cast<std::size_t>(i)],
-              perm[rng.below(static_cast<std::uint64_t>(i + 1))]);
-  const std::int64_t per_rank = (n + world - 1) / world;
-  std::vector<std::int64_t> shard(static_cast<std::size_t>(per_rank));
-  for (std::int64_t i = 0; i < per_rank; ++i)
-    shard[static_cast<std::size_t>(i)] = perm[static_cast<std::size_t>((i * world + rank) % n)];
-  return shard;
-}
-
 void all_reduce_in_place(Communicator& comm, float* data, std::int64_t count, ReduceOp op) {
   all_reduce(comm, {.send = data, .recv = data, .count = count, .dtype = DType::f32, .op = op});
 }
@@ -134,6 +115,23 @@ class ProgressBar {
 };
 
 }  // namespace
+
+std::vector<std::int64_t> epoch_shard(std::int64_t n, int rank, int world, std::uint64_t seed,
+                                      int epoch) {
+  FC_ENFORCE(n >= 1 && world >= 1 && rank >= 0 && rank < world, "epoch_shard: n ", n, ", rank ",
+             rank, ", world ", world);
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), std::int64_t{0});
+  Rng rng(seed ^ (0xa0761d6478bd642fULL * static_cast<std::uint64_t>(epoch + 1)));
+  for (std::int64_t i = n - 1; i > 0; --i)
+    std::swap(perm[static_cast<std::size_t>(i)],
+              perm[rng.below(static_cast<std::uint64_t>(i + 1))]);
+  const std::int64_t per_rank = (n + world - 1) / world;
+  std::vector<std::int64_t> shard(static_cast<std::size_t>(per_rank));
+  for (std::int64_t i = 0; i < per_rank; ++i)
+    shard[static_cast<std::size_t>(i)] = perm[static_cast<std::size_t>((i * world + rank) % n)];
+  return shard;
+}
 
 const char* to_string(GradCompression c) noexcept {
   switch (c) {
@@ -250,7 +248,7 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
 
   std::vector<int> labels;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
-    const auto shard = shard_of_epoch(train.size(), rank, world, options.seed, epoch);
+    const auto shard = epoch_shard(train.size(), rank, world, options.seed, epoch);
     ProgressBar bar(options.progress ? log : nullptr, options.redraw_progress, epoch + 1,
                     options.epochs, shard_len * world);
     const auto t0 = Clock::now();
@@ -391,7 +389,8 @@ void write_report(const Dataset& train_set, const Dataset& test_set, const Train
        << " images; " << base.epochs << " epochs, batch " << base.batch_size << " per worker, lr "
        << base.lr << " x workers, momentum " << base.momentum << ", seed " << base.seed << ".\n\n"
        << "| configuration | workers | compression | training time (s) | s/epoch | final test "
-          "accuracy | best test accuracy | bytes sent per step (rank 0) | steps/epoch | load average at start |\n"
+          "accuracy | best test accuracy | bytes sent per step (rank 0) | steps/epoch | load "
+          "average at start |\n"
        << "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (std::size_t c = 0; c < grid.size(); ++c) {
       const auto& r = results[c];

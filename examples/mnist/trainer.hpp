@@ -43,6 +43,13 @@ void exchange_gradients(Communicator& comm, std::span<float> grads, const Exchan
 std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
                                      const ExchangeOptions& options);
 
+/// Rank `rank`'s training-set indices for `epoch` (0-based): a seeded shuffle of all `n` indices,
+/// the same on every rank, padded by wrapping around to a multiple of `world` (as PyTorch's
+/// DistributedSampler does, so every rank runs the same number of steps), then dealt out
+/// round-robin. Every rank gets ceil(n / world) indices.
+std::vector<std::int64_t> epoch_shard(std::int64_t n, int rank, int world, std::uint64_t seed,
+                                      int epoch);
+
 struct TrainOptions {
   int workers = 1;
   int epochs = 10;
