@@ -158,8 +158,9 @@ GradCompression parse_compression(const std::string& name) {
 }
 
 void check_exchange(const ExchangeOptions& options) {
-  // The wire codecs arrive with include/fusedcoll/compression.hpp (AllReduceArgs gains a
-  // compression field); until then only the uncompressed exchange exists.
+  // The wire codecs arrive with include/fusedcoll/compression.hpp (AllReduceArgs gains a `wire`
+  // CompressionOptions); until then this build can only send f32, and saying so beats silently
+  // training uncompressed under a compressed label.
   if (options.compression != GradCompression::none)
     throw UnsupportedError(make_string("--compress ", to_string(options.compression),
                                        ": compressed AllReduce is not available in this build yet "
