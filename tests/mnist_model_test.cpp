@@ -102,6 +102,49 @@ TEST(MnistGradCheck, Conv2dInputWeightAndBias) {
   expect_no_failures(check_gradient(loss, in.x.data(), din.x.data(), in.x.size(), "conv input"));
 }
 
+// The gradient checks prove backward consistent with forward; this proves forward itself: a
+// direct 6-deep loop of the textbook definition (cross-correlation, as PyTorch's Conv2d).
+TEST(MnistGradCheck, Conv2dForwardMatchesDirectLoop) {
+  mn::Rng rng(14);
+  mn::Conv2d<D> conv;
+  conv.in_c = 3, conv.out_c = 4, conv.k = 3, conv.w_offset = 0, conv.b_offset = 4 * 27;
+  const std::vector<D> params = random_vector(conv.parameters(), rng);
+  const int n = 2, h = 7, w = 6, oh = 5, ow = 4;
+  mn::Act<D> in{random_matrix(3, n * h * w, rng), n, h, w};
+  const auto out = conv.forward(in, params.data());
+  const auto x = [&](int s, int c, int y, int xx) { return in.x(c, (s * h + y) * w + xx); };
+  // Weight layout: out_c x (k*k*in_c) column-major, column (kh*k + kw)*in_c + c.
+  const auto wt = [&](int o, int c, int kh, int kw) {
+    return params[static_cast<std::size_t>(((kh * 3 + kw) * 3 + c) * 4 + o)];
+  };
+  for (int s = 0; s < n; ++s)
+    for (int o = 0; o < 4; ++o)
+      for (int y = 0; y < oh; ++y)
+        for (int xx = 0; xx < ow; ++xx) {
+          D expect = params[static_cast<std::size_t>(conv.b_offset + o)];
+          for (int c = 0; c < 3; ++c)
+            for (int kh = 0; kh < 3; ++kh)
+              for (int kw = 0; kw < 3; ++kw) expect += wt(o, c, kh, kw) * x(s, c, y + kh, xx + kw);
+          EXPECT_NEAR(out.x(o, (s * oh + y) * ow + xx), expect, 1e-12)
+              << "sample " << s << " out channel " << o << " at " << y << "," << xx;
+        }
+}
+
+TEST(MnistGradCheck, LinearForwardMatchesDirectLoop) {
+  mn::Rng rng(15);
+  mn::Linear<D> fc;
+  fc.in = 5, fc.out = 3, fc.w_offset = 0, fc.b_offset = 15;
+  const std::vector<D> params = random_vector(fc.parameters(), rng);
+  const MatD x = random_matrix(5, 2, rng);
+  const MatD y = fc.forward(x, params.data());
+  for (int j = 0; j < 2; ++j)
+    for (int o = 0; o < 3; ++o) {
+      D expect = params[static_cast<std::size_t>(15 + o)];
+      for (int i = 0; i < 5; ++i) expect += params[static_cast<std::size_t>(i * 3 + o)] * x(i, j);
+      EXPECT_NEAR(y(o, j), expect, 1e-12) << o << " " << j;
+    }
+}
+
 TEST(MnistGradCheck, Conv2dAccumulatesIntoGrads) {
   mn::Rng rng(3);
   mn::Conv2d<D> conv;
