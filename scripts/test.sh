@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: set up, build, and run the whole test suite with ctest.
 # 1. Release build with warnings as errors: every test (unit, install/consumer).
-# 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref and emu tests.
+# 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
   -DFUSEDCOLL_BUILD_TESTS=ON \
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined
 cmake --build build-asan -j "$jobs"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu|mnist"
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DFUSEDCOLL_BUILD_TESTS=ON \

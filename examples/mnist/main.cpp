@@ -1,0 +1,171 @@
+// fusedcoll-mnist: trains Horovod's pytorch_mnist network data-parallel on the fusedcoll emulator
+// (1, 2, 4, ... workers), averaging gradients with fusedcoll's AllReduce. See docs/mnist.md.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "examples/mnist/idx.hpp"
+#include "examples/mnist/trainer.hpp"
+#include "fusedcoll/env.hpp"
+#include "fusedcoll/error.hpp"
+
+namespace fc = fusedcoll;
+namespace mn = fusedcoll::mnist;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: fusedcoll-mnist [options]
+
+Trains the Horovod pytorch_mnist network (2 conv + 2 fc layers, 21,840 parameters) with SGD,
+data-parallel over emulated workers that average gradients with fusedcoll's AllReduce.
+
+  --data-dir DIR          IDX files (train-*/t10k-*, raw or .gz) [data/mnist, from scripts/get-mnist]
+  --workers P             data-parallel workers, >= 1 [1]
+  --epochs N              [10]
+  --batch-size B          per worker [64]
+  --lr X                  learning rate per worker; the step uses X * workers [0.01]
+  --momentum M            SGD momentum [0.5]
+  --seed S                initial weights, shuffles and dropout masks [42]
+  --test-batch-size B     [1000]
+  --compress C            gradient wire format: none | fp16 | bf16 | fp8-e4m3 | fp8-e5m2 [none]
+  --algo A                AllReduce algorithm: direct | ring [direct]
+  --no-progress           no progress bar, only the per-epoch lines
+  --report                run the grid (serial, 2 and 4 workers) and write a Markdown table and a
+                          plot of accuracy per epoch into --report-dir
+  --report-dir DIR        [docs/results/mnist]
+  --help
+)";
+
+long long parse_int(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  FC_ENFORCE(used == v.size() && !v.empty(), flag, " expects an integer, got '", v, "'");
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  FC_ENFORCE(used == v.size() && !v.empty(), flag, " expects a number, got '", v, "'");
+  return x;
+}
+
+int parse_positive_int(const std::string& flag, const std::string& v) {
+  const long long x = parse_int(flag, v);
+  FC_ENFORCE(x >= 1 && x <= 1 << 20, flag, " must be in [1, 2^20], got ", x);
+  return static_cast<int>(x);
+}
+
+std::string quote_command(int argc, char** argv) {
+  std::string s = "fusedcoll-mnist";
+  for (int i = 1; i < argc; ++i) s += fc::detail::make_string(" ", argv[i]);
+  return s;
+}
+
+int run(int argc, char** argv) {
+  fc::enforce_env();
+  mn::TrainOptions options;
+  options.redraw_progress = isatty(STDERR_FILENO) == 1;
+  std::string data_dir = "data/mnist";
+  std::string report_dir = "docs/results/mnist";
+  bool report = false;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    const auto value = [&]() -> const std::string& {
+      FC_ENFORCE(i + 1 < args.size(), flag, " needs a value (see --help)");
+      return args[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (flag == "--data-dir") {
+      data_dir = value();
+    } else if (flag == "--workers") {
+      options.workers = parse_positive_int(flag, value());
+    } else if (flag == "--epochs") {
+      options.epochs = parse_positive_int(flag, value());
+    } else if (flag == "--batch-size") {
+      options.batch_size = parse_positive_int(flag, value());
+    } else if (flag == "--test-batch-size") {
+      options.test_batch_size = parse_positive_int(flag, value());
+    } else if (flag == "--lr") {
+      options.lr = parse_double(flag, value());
+    } else if (flag == "--momentum") {
+      options.momentum = parse_double(flag, value());
+    } else if (flag == "--seed") {
+      const long long s = parse_int(flag, value());
+      FC_ENFORCE_GE(s, 0LL, "--seed must be non-negative");
+      options.seed = static_cast<std::uint64_t>(s);
+    } else if (flag == "--compress") {
+      options.exchange.compression = mn::parse_compression(value());
+    } else if (flag == "--algo") {
+      const std::string& a = value();
+      FC_ENFORCE(a == "direct" || a == "ring", "--algo '", a, "' is not one of direct, ring");
+      options.exchange.algo = a == "direct" ? fc::AllReduceAlgo::direct : fc::AllReduceAlgo::ring;
+    } else if (flag == "--no-progress") {
+      options.progress = false;
+    } else if (flag == "--report") {
+      report = true;
+    } else if (flag == "--report-dir") {
+      report_dir = value();
+    } else {
+      throw fc::InvalidArgument(
+          fc::detail::make_string("unknown option '", flag, "' (see --help)"));
+    }
+  }
+  // Fail on an unavailable codec before loading data or training for minutes.
+  mn::check_exchange(options.exchange);
+
+  const mn::Dataset train = mn::load_mnist(data_dir, "train");
+  const mn::Dataset test = mn::load_mnist(data_dir, "t10k");
+  std::cerr << "data: " << train.size() << " training and " << test.size() << " test images from "
+            << data_dir << "\n";
+  if (report) {
+    mn::write_report(train, test, options, mn::report_grid(), report_dir, quote_command(argc, argv),
+                     std::cerr);
+    return 0;
+  }
+  std::cerr << "training on " << options.workers << " worker(s), batch " << options.batch_size
+            << " per worker, lr " << options.lr * options.workers << ", compress "
+            << mn::to_string(options.exchange.compression) << ", AllReduce "
+            << fc::to_string(options.exchange.algo) << "\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const mn::TrainResult r = mn::train(train, test, options, &std::cerr);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "workers " << options.workers << "  epochs " << r.epochs.size() << "  test accuracy "
+            << 100 * r.epochs.back().test_accuracy << "%  training time " << r.train_seconds
+            << " s  wall time " << wall
+            << " s (with evaluation)  gradient bytes sent per step (rank 0) " << r.bytes_per_step
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const fc::Error& e) {
+    std::cerr << "fusedcoll-mnist: error (" << fc::to_string(e.code()) << "): " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "fusedcoll-mnist: error: " << e.what() << "\n";
+  }
+  return EXIT_FAILURE;
+}

@@ -1,0 +1,219 @@
+// The data-parallel trainer of the MNIST example on the emulator: the gradient exchange, the
+// byte accounting, the compression flag, determinism, and an end-to-end run on a small generated
+// IDX data set (label `mnist`; the real-data run is the documented command in docs/mnist.md).
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "examples/mnist/idx.hpp"
+#include "examples/mnist/layers.hpp"
+#include "examples/mnist/trainer.hpp"
+#include "fusedcoll/emu.hpp"
+
+namespace fs = std::filesystem;
+namespace fc = fusedcoll;
+namespace mn = fusedcoll::mnist;
+
+namespace {
+
+/// Digit-like synthetic images: class c is a thick stroke pattern of its own (a horizontal bar at
+/// a class-specific height for c < 5, a vertical bar at a class-specific column for c >= 5),
+/// jittered by +-2 pixels and overlaid with uniform noise, so the classes are separable but not
+/// trivially (a pixel-exact template does not exist).
+mn::Dataset synthetic(int count, std::uint64_t seed) {
+  mn::Rng rng(seed);
+  mn::Dataset s;
+  s.rows = s.cols = 28;
+  s.pixels.assign(static_cast<std::size_t>(count) * 784, 0);
+  for (int i = 0; i < count; ++i) {
+    const int c = static_cast<int>(rng.below(10));
+    s.labels.push_back(static_cast<std::uint8_t>(c));
+    std::uint8_t* img = s.pixels.data() + static_cast<std::size_t>(i) * 784;
+    for (int p = 0; p < 784; ++p) img[p] = static_cast<std::uint8_t>(rng.below(60));
+    const int jitter = static_cast<int>(rng.below(5)) - 2;
+    const int at = 4 + 4 * (c % 5) + jitter;
+    for (int a = 4; a < 24; ++a)
+      for (int t = at; t < at + 3; ++t) {
+        const int y = c < 5 ? t : a;
+        const int x = c < 5 ? a : t;
+        img[y * 28 + x] = 255;
+      }
+  }
+  return s;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            (std::string("fc_mnist_train_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
+TEST(MnistShard, RanksCoverTheEpochOnce) {
+  for (const int p : {1, 2, 3, 4, 7}) {
+    for (const std::int64_t n : {7, 28, 1000}) {
+      if (n < p) continue;
+      std::vector<int> seen(static_cast<std::size_t>(n), 0);
+      for (int r = 0; r < p; ++r) {
+        const auto s = mn::epoch_shard(n, r, p, 42, 0);
+        ASSERT_EQ(static_cast<std::int64_t>(s.size()), (n + p - 1) / p) << "P " << p << " n " << n;
+        for (const auto i : s) {
+          ASSERT_TRUE(i >= 0 && i < n) << i;
+          ++seen[static_cast<std::size_t>(i)];
+        }
+      }
+      // Every index once, plus the wrap-around padding (the first indices of the permutation).
+      std::int64_t extra = 0;
+      for (const int c : seen) {
+        EXPECT_GE(c, 1);
+        extra += c - 1;
+      }
+      EXPECT_EQ(extra, (n + p - 1) / p * p - n) << "P " << p << " n " << n;
+    }
+  }
+  EXPECT_EQ(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 42, 3));
+  EXPECT_NE(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 42, 4));  // reshuffled
+  EXPECT_NE(mn::epoch_shard(1000, 1, 4, 42, 3), mn::epoch_shard(1000, 1, 4, 43, 3));
+}
+
+TEST(MnistExchange, AveragesOverRanks) {
+  for (const int p : {1, 2, 3, 4}) {
+    for (const auto algo : {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring}) {
+      fc::emu::World world({.world_size = p, .device = {.compute_units = 1}});
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(p));
+      world.run([&](fc::Communicator& comm) {
+        // Values encode (rank, index); a count not divisible by P exercises uneven chunks.
+        std::vector<float> g(21841);
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = static_cast<float>(comm.rank() * 4 + (i % 7));
+        mn::exchange_gradients(comm, g, {.compression = mn::GradCompression::none, .algo = algo});
+        got[static_cast<std::size_t>(comm.rank())] = g;
+      });
+      for (int r = 0; r < p; ++r)
+        for (std::size_t i = 0; i < got[0].size(); ++i) {
+          // mean of 4r + (i % 7) over r = 2 (P - 1) + (i % 7): exact in f32 for these small values
+          const float expect = static_cast<float>(2 * (p - 1) + static_cast<int>(i % 7));
+          ASSERT_EQ(got[static_cast<std::size_t>(r)][i], expect)
+              << "P " << p << " rank " << r << " index " << i;
+        }
+    }
+  }
+}
+
+TEST(MnistExchange, BytesPerStep) {
+  using mn::exchange_bytes_per_step;
+  const mn::ExchangeOptions direct{};
+  const mn::ExchangeOptions ring{.algo = fc::AllReduceAlgo::ring};
+  EXPECT_EQ(exchange_bytes_per_step(21840, 1, direct), 0);
+  EXPECT_EQ(exchange_bytes_per_step(21840, 2, direct), 2 * 10920 * 4);
+  EXPECT_EQ(exchange_bytes_per_step(21840, 4, direct), (16380 + 3 * 5460) * 4);
+  EXPECT_EQ(exchange_bytes_per_step(21840, 4, ring), (16380 + 16380) * 4);
+  // Chunks 3, 3, 2, 2: direct sends 7 + 3*3 elements from rank 0, ring 7 + (10 - 3).
+  EXPECT_EQ(exchange_bytes_per_step(10, 4, direct), 16 * 4);
+  EXPECT_EQ(exchange_bytes_per_step(10, 4, ring), 14 * 4);
+  EXPECT_EQ(exchange_bytes_per_step(10, 4, {.compression = mn::GradCompression::fp16}), 16 * 2);
+}
+
+TEST(MnistExchange, CompressionFlag) {
+  EXPECT_EQ(mn::parse_compression("none"), mn::GradCompression::none);
+  for (const auto c : {mn::GradCompression::fp16, mn::GradCompression::bf16,
+                       mn::GradCompression::fp8_e4m3, mn::GradCompression::fp8_e5m2}) {
+    EXPECT_EQ(mn::parse_compression(mn::to_string(c)), c);
+    try {
+      mn::check_exchange({.compression = c});
+      ADD_FAILURE() << mn::to_string(c) << " accepted";
+    } catch (const fc::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("not available in this build yet"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_INVALID(mn::parse_compression("fp8"), "'fp8'", "fp8-e4m3");
+  EXPECT_NO_THROW(mn::check_exchange({}));
+}
+
+// End to end (2 workers, one short epoch): IDX files written and read back, parameters
+// broadcast, sharded training with an AllReduce per step, sharded evaluation. The test loss after
+// one epoch must be far below the loss of the initial weights (about ln 10 = 2.30).
+TEST(MnistTrain, TwoWorkersOneEpochLossFalls) {
+  TempDir dir;
+  mn::save_mnist(synthetic(2048, 1), dir.path(), "train");
+  mn::save_mnist(synthetic(256, 2), dir.path(), "t10k");
+  const auto train = mn::load_mnist(dir.path(), "train");
+  const auto test = mn::load_mnist(dir.path(), "t10k");
+
+  mn::TrainOptions o;
+  o.workers = 2;
+  o.epochs = 1;
+  o.lr = 0.05;
+  o.test_batch_size = 100;
+  std::ostringstream log;
+  const auto r = mn::train(train, test, o, &log);
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_EQ(r.steps_per_epoch, 16);  // 1024 samples per worker, batch 64
+  EXPECT_EQ(r.bytes_per_step, 87360);
+  EXPECT_EQ(r.parameters, 21840);
+  const auto& e = r.epochs[0];
+  EXPECT_TRUE(std::isfinite(e.train_loss));
+  EXPECT_LT(e.test_loss, 0.5 * std::log(10.0)) << log.str();
+  EXPECT_GT(e.test_accuracy, 0.6) << log.str();
+  EXPECT_LT(e.test_loss, e.train_loss)
+      << "dropout is off at test time, so test loss should be lower";
+  EXPECT_NE(log.str().find("epoch 1/1 ["), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("samples/s"), std::string::npos) << log.str();
+}
+
+TEST(MnistTrain, DeterministicForSeedAndWorkers) {
+  const auto train = synthetic(160, 3);
+  const auto test = synthetic(40, 4);
+  mn::TrainOptions o;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.progress = false;
+  for (const int p : {1, 3}) {
+    o.workers = p;
+    o.seed = 42;
+    const auto a = mn::train(train, test, o, nullptr);
+    const auto b = mn::train(train, test, o, nullptr);
+    EXPECT_EQ(a.final_parameters, b.final_parameters) << "P " << p;
+    EXPECT_EQ(a.epochs.back().test_loss, b.epochs.back().test_loss) << "P " << p;
+    o.seed = 43;
+    const auto c = mn::train(train, test, o, nullptr);
+    EXPECT_NE(a.final_parameters, c.final_parameters) << "P " << p;
+  }
+}
+
+TEST(MnistTrain, RejectsBadOptions) {
+  const auto train = synthetic(8, 5);
+  const auto test = synthetic(4, 6);
+  mn::TrainOptions o;
+  o.progress = false;
+  o.workers = 0;
+  EXPECT_INVALID(mn::train(train, test, o, nullptr), "--workers");
+  o.workers = 1;
+  o.lr = -1;
+  EXPECT_INVALID(mn::train(train, test, o, nullptr), "--lr");
+  o.lr = 0.01;
+  o.workers = 9;
+  EXPECT_INVALID(mn::train(train, test, o, nullptr), "smaller than the worker count");
+  o.workers = 1;
+  o.exchange.compression = mn::GradCompression::fp16;
+  EXPECT_THROW(mn::train(train, test, o, nullptr), fc::UnsupportedError);
+}
