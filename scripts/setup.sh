@@ -7,6 +7,7 @@ packages=(
   g++ cmake make pkg-config
   libtbb-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
