@@ -86,7 +86,9 @@ void require(bool ok, int rank, const std::string& what) {
   if (!ok) throw std::runtime_error("rank " + std::to_string(rank) + ": check failed: " + what);
 }
 
-bool same(const void* a, const void* b, std::size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+bool same(const void* a, const void* b, std::size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
 
 /// Prints "what | variant | median | q1-q3 | ratio to the first variant" rows on rank 0.
 void report(int rank, const std::string& what, const std::vector<Variant>& vs) {
@@ -140,9 +142,8 @@ void bench_ops(fc::Communicator& comm, const Flags& f) {
       pb.k_splits = fc::split_evenly(512, P);
     }
     fc::GemvRankData d(pb, me);
-    bench_op(comm, f,
-             fc::detail::make_string("GemvAllReduce M=", pb.m, " N=", pb.n, " K=", pb.k()), d,
-             d.y, [](fc::Communicator& c, const fc::GemvAllReduceArgs& a, fc::Mode m) {
+    bench_op(comm, f, fc::detail::make_string("GemvAllReduce M=", pb.m, " N=", pb.n, " K=", pb.k()),
+             d, d.y, [](fc::Communicator& c, const fc::GemvAllReduceArgs& a, fc::Mode m) {
                fc::gemv_allreduce(c, a, m);
              });
   }
@@ -156,9 +157,8 @@ void bench_ops(fc::Communicator& comm, const Flags& f) {
     std::int64_t rows = 0;
     for (auto c : pb.counts) rows += c;
     fc::GemmRankData d(pb, me);
-    bench_op(comm, f,
-             fc::detail::make_string("GemmAllToAll K=", pb.k, " N=", pb.n, " rows=", rows), d,
-             d.output, [](fc::Communicator& c, const fc::GemmAllToAllArgs& a, fc::Mode m) {
+    bench_op(comm, f, fc::detail::make_string("GemmAllToAll K=", pb.k, " N=", pb.n, " rows=", rows),
+             d, d.output, [](fc::Communicator& c, const fc::GemmAllToAllArgs& a, fc::Mode m) {
                fc::gemm_alltoall(c, a, m);
              });
   }
@@ -182,7 +182,8 @@ void bench_collectives(fc::Communicator& comm, const Flags& f) {
       auto* si = reinterpret_cast<std::int32_t*>(send.data());
       fc::fill_values(si, count, fc::DType::i32, 7, 1, me, fc::ValueMode::integer);
       for (auto algo : {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring}) {
-        fc::all_reduce(comm, {send.data(), recv.data(), count, fc::DType::i32, fc::ReduceOp::sum, algo});
+        fc::all_reduce(comm,
+                       {send.data(), recv.data(), count, fc::DType::i32, fc::ReduceOp::sum, algo});
         MPI_Allreduce(send.data(), check.data(), static_cast<int>(count), MPI_INT32_T, MPI_SUM,
                       MPI_COMM_WORLD);
         require(same(recv.data(), check.data(), bytes), me,
@@ -191,18 +192,24 @@ void bench_collectives(fc::Communicator& comm, const Flags& f) {
     }
     fc::fill_values(send.data(), count, fc::DType::f32, 7, 2, me, fc::ValueMode::random);
     std::vector<Variant> ar = {
-        {"MPI_Allreduce", [&] {
+        {"MPI_Allreduce",
+         [&] {
            MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                          MPI_COMM_WORLD);
-         }, {}},
-        {"fusedcoll direct", [&] {
+         },
+         {}},
+        {"fusedcoll direct",
+         [&] {
            fc::all_reduce(comm, {send.data(), recv.data(), count, fc::DType::f32, fc::ReduceOp::sum,
                                  fc::AllReduceAlgo::direct});
-         }, {}},
-        {"fusedcoll ring", [&] {
+         },
+         {}},
+        {"fusedcoll ring",
+         [&] {
            fc::all_reduce(comm, {send.data(), recv.data(), count, fc::DType::f32, fc::ReduceOp::sum,
                                  fc::AllReduceAlgo::ring});
-         }, {}}};
+         },
+         {}}};
     measure(ar, rounds, f.warmup);
     report(me, "AllReduce " + label, ar);
 
@@ -214,12 +221,14 @@ void bench_collectives(fc::Communicator& comm, const Flags& f) {
                  static_cast<int>(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
     require(same(recv.data(), check.data(), static_cast<std::size_t>(per_peer * P) * sizeof(float)),
             me, "all_to_allv differs from MPI_Alltoall");
-    std::vector<Variant> aa = {
-        {"MPI_Alltoall", [&] {
-           MPI_Alltoall(send.data(), static_cast<int>(per_peer), MPI_FLOAT, recv.data(),
-                        static_cast<int>(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
-         }, {}},
-        {"fusedcoll all_to_allv", [&] { fc::all_to_allv(comm, a2a); }, {}}};
+    std::vector<Variant> aa = {{"MPI_Alltoall",
+                                [&] {
+                                  MPI_Alltoall(send.data(), static_cast<int>(per_peer), MPI_FLOAT,
+                                               recv.data(), static_cast<int>(per_peer), MPI_FLOAT,
+                                               MPI_COMM_WORLD);
+                                },
+                                {}},
+                               {"fusedcoll all_to_allv", [&] { fc::all_to_allv(comm, a2a); }, {}}};
     measure(aa, rounds, f.warmup);
     report(me, "All-to-All " + label, aa);
   }
@@ -245,9 +254,12 @@ int main(int argc, char** argv) {
   }
   return fc::mpi::run(argc, argv, [&](fc::Communicator& comm) {
     if (comm.rank() == 0) {
-      std::printf("# fusedcoll-mpi-bench: %d ranks, %d rounds (medians, ms; ratio = median / first row's)\n",
-                  comm.size(), f.rounds);
-      std::printf("| what | variant | median ms | q1-q3 ms | ratio |\n| --- | --- | ---: | --- | ---: |\n");
+      std::printf(
+          "# fusedcoll-mpi-bench: %d ranks, %d rounds (medians, ms; ratio = median / first "
+          "row's)\n",
+          comm.size(), f.rounds);
+      std::printf(
+          "| what | variant | median ms | q1-q3 ms | ratio |\n| --- | --- | ---: | --- | ---: |\n");
     }
     if (f.only.empty() || f.only == "ops") bench_ops(comm, f);
     if (f.only.empty() || f.only == "coll") bench_collectives(comm, f);

@@ -76,7 +76,9 @@ void Runtime::allocate(std::size_t data_bytes) {
   const std::size_t bytes = kSlots * sizeof(std::uint64_t) + data_bytes;
   const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, info, comm_, &base_, &win_);
   MPI_Info_free(&info);
-  FC_CHECK_MPI(rc);
+  // On Debian's Open MPI this is where a missing one-sided transport shows (e.g. ranks on
+  // several hosts with only TCP: osc/rdma needs an RDMA-capable BTL, docs/mpi.md).
+  check_mpi(rc, "MPI_Win_allocate (symmetric window)", __FILE__, __LINE__);
   FC_CHECK_MPI(MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN));
   data_bytes_ = data_bytes;
   std::memset(base_, 0, kSlots * sizeof(std::uint64_t));

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -54,7 +55,13 @@ int main(int argc, char** argv) {
     listeners.Append(new fctest::RankFailurePrinter(rank));
   }
   int rc = 0;
-  fctest::g_world.emplace(fusedcoll::mpi::make_communicator(MPI_COMM_WORLD));
+  try {
+    fctest::g_world.emplace(fusedcoll::mpi::make_communicator(MPI_COMM_WORLD));
+  } catch (const std::exception& e) {
+    std::printf("rank %d: cannot create the communicator: %s\n", rank, e.what());
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   rc = RUN_ALL_TESTS();
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
