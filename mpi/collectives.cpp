@@ -50,7 +50,7 @@ void combine(Runtime& rt, void* dst, const void* left, const void* right, std::i
 void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
   const int P = rt.size(), me = rt.rank();
   const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for(static_cast<std::size_t>(P - 1));
+  const int grid = rt.grid_for_bytes(bytes * static_cast<std::size_t>(P - 1), P - 1);
   rt.launch(grid, [&](int w) {
     for (int j = w; j < P - 1; j += grid) {
       rt.put(order[j], offset, src, bytes);
@@ -88,7 +88,7 @@ void all_reduce_direct(Runtime& rt, const AllReduceArgs& a) {
   const int in = rt.slots("all_reduce.in", P);
   // Reduce-scatter: chunk c of our send buffer goes to owner c's inbox, slot [me].
   const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for(static_cast<std::size_t>(P - 1));
+  const int grid = rt.grid_for_bytes(nbytes(a.count, es), static_cast<std::size_t>(P - 1));
   rt.launch(grid, [&](int w) {
     for (int j = w; j < P - 1; j += grid) {
       const int c = order[j];
@@ -192,7 +192,7 @@ void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
   const int in = rt.slots("reduce_scatter.in", P);
   // Chunk q of our send buffer goes to rank q's inbox, slot [me].
   const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for(static_cast<std::size_t>(P - 1));
+  const int grid = rt.grid_for_bytes(nbytes(off[P], es), static_cast<std::size_t>(P - 1));
   if (P > 1)
     rt.launch(grid, [&](int w) {
       for (int j = w; j < P - 1; j += grid) {
@@ -259,7 +259,9 @@ void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
   const std::vector<std::int64_t> mine = offsets_of(args.recv_counts);
   const int slot = rt.slots("all_to_allv", P);
   const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for(static_cast<std::size_t>(P - 1));
+  std::int64_t sent = 0;
+  for (int q = 0; q < P; ++q) sent += args.send_counts[q];
+  const int grid = rt.grid_for_bytes(nbytes(sent, es), static_cast<std::size_t>(P - 1));
   if (P > 1)
     rt.launch(grid, [&](int w) {
       for (int j = w; j < P - 1; j += grid) {
@@ -272,11 +274,13 @@ void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
     });
   copy_bytes(at(args.recv, args.recv_displs[me], es), at(args.send, args.send_displs[me], es),
              nbytes(args.send_counts[me], es));
-  wait_all_peers(rt, slot, "all_to_allv");
-  for (int p = 0; p < P; ++p)
-    if (p != me)
-      copy_bytes(at(args.recv, args.recv_displs[p], es), rt.data() + nbytes(mine[p], es),
-                 nbytes(args.recv_counts[p], es));
+  // Each segment is copied out as soon as it has landed, in the order the peers send to us.
+  for (int j = P - 2; j >= 0; --j) {
+    const int p = order[j];
+    rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_to_allv[", p, "]"));
+    copy_bytes(at(args.recv, args.recv_displs[p], es), rt.data() + nbytes(mine[p], es),
+               nbytes(args.recv_counts[p], es));
+  }
 }
 
 }  // namespace fusedcoll::mpi

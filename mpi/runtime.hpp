@@ -97,10 +97,23 @@ class Runtime {
   int grid_for(std::size_t work) const {
     return static_cast<int>(std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(wgs_)));
   }
+  /// Workgroups for moving `bytes` to or from `items` peers: one below kParallelBytes, where a
+  /// single thread keeps up with the transport and extra threads only add wake-ups.
+  int grid_for_bytes(std::size_t bytes, std::size_t items) const {
+    return bytes < kParallelBytes ? 1 : grid_for(items);
+  }
+  static constexpr std::size_t kParallelBytes = std::size_t{1} << 18;
+
   /// Runs `body(wg)` for wg in [0, grid) as oneTBB tasks of this rank's arena and returns when
   /// all are done (rethrowing the first exception). Bodies never wait for each other.
   template <class F>
   void launch(int grid, F&& body) {
+    // A grid of one runs on the calling thread: waking a oneTBB worker costs more than a small
+    // kernel, and far more on an oversubscribed node.
+    if (grid <= 1) {
+      body(0);
+      return;
+    }
     arena_.execute([&] {
       tbb::parallel_for(
           tbb::blocked_range<int>(0, grid, 1),
