@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "fusedcoll/env.hpp"
@@ -55,8 +56,10 @@ Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   // Freeing the window and the communicator is collective; after a failure the peers may never
-  // call it, so a failed runtime leaks them rather than hang.
-  if (finalized || failed_) return;
+  // call it, so a failed runtime leaks them rather than hang. Being destroyed by stack unwinding
+  // counts as a failure: the exception is on this rank only, and it is on its way to a handler
+  // (mpi::run's MPI_Abort, or the user's) that must not find this rank stuck in MPI_Win_free.
+  if (finalized || failed_ || std::uncaught_exceptions() > 0) return;
   release();
   MPI_Comm_free(&comm_);
 }
@@ -168,11 +171,13 @@ void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {
     const std::uint64_t now = read_slot(slot);
     if (now >= target) break;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    if (waited > limit)
+    if (waited > limit) {
+      failed_ = true;  // peers may be mid-call: no further calls, no collective free
       throw TimeoutError(detail::make_string("fusedcoll mpi: timeout: rank ", rank_,
                                              " waited more than ", limit, " s (FUSEDCOLL_TIMEOUT) ",
                                              activity_, " for slot ", slot, " ('", what,
                                              "') >= ", target, ", current value ", now));
+    }
     backoff(polls);
   }
   // Unified memory model: make the peers' completed puts visible to this thread's loads.
@@ -188,10 +193,12 @@ void Runtime::wait_requests(std::vector<MPI_Request>& reqs, const std::string& w
         MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
     if (done) return;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    if (waited > limit)
+    if (waited > limit) {
+      failed_ = true;  // peers may be mid-call: no further calls, no collective free
       throw TimeoutError(detail::make_string("fusedcoll mpi: timeout: rank ", rank_,
                                              " waited more than ", limit, " s (FUSEDCOLL_TIMEOUT) ",
                                              activity_, " for ", what));
+    }
     backoff(polls);
   }
 }

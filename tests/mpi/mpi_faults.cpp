@@ -7,6 +7,8 @@
 //                        FUSEDCOLL_TIMEOUT and end the job with a TimeoutError.
 //   mpi_faults mismatch  rank 1 disagrees on N: every rank rejects the call before any data moves
 //                        and says so; the job then ends normally.
+//   mpi_faults stall     white-box: rank 0 waits on a signal slot that rank 1 never signals; the
+//                        TimeoutError names the rank, the slot and the expected and current value.
 
 #include <mpi.h>
 
@@ -20,6 +22,7 @@
 
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/mpi.hpp"
+#include "mpi/runtime.hpp"
 
 namespace fc = fusedcoll;
 
@@ -79,8 +82,17 @@ int main(int argc, char** argv) {
       all_reduce_once(comm);
     } else if (what == "mismatch") {
       mismatch(comm);
+    } else if (what == "stall") {
+      fc::mpi::Runtime rt(MPI_COMM_WORLD, {});
+      const int slot = rt.slots("test.never", comm.size());
+      rt.set_activity("in the stall test");
+      // Rank 1 signals slot[1] once on rank 0; rank 0 waits for two signals.
+      if (comm.rank() == 1) rt.signal(0, slot + 1);
+      if (comm.rank() == 0) rt.wait(slot + 1, rt.expect(slot + 1, 2), "test.never[1]");
+      // The others stay inside MPI, where a peer of a stalled rank would be, until the abort.
+      MPI_Barrier(MPI_COMM_WORLD);
     } else {
-      throw std::invalid_argument("usage: mpi_faults throw|missing|mismatch");
+      throw std::invalid_argument("usage: mpi_faults throw|missing|mismatch|stall");
     }
   });
 }
