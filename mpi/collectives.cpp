@@ -66,8 +66,8 @@ void wait_all_peers(Runtime& rt, int slot, const char* what) {
       rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string(what, "[", p, "]"));
 }
 
-/// The all-gather phase of AllReduce: this rank's finished chunk sits in its gather region at
-/// `off`; give it to everyone, collect everyone's, copy the whole result into `recv`.
+/// The all-gather phase of AllReduce: this rank's finished chunk already sits at its offset in the
+/// gather area (at `gather_at`); give it to everyone, collect everyone's, copy it all into `recv`.
 void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a) {
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(a.dtype);

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <functional>
 
 #include "fusedcoll/communicator.hpp"
