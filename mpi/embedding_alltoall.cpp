@@ -8,12 +8,16 @@
 // waits for another: the waits for peers come after this rank's grid has sent everything, so the
 // grid's size never decides whether the call can finish.
 //
-// - scale_up (per-tile puts): a tile is pooled into a workgroup buffer and each of its rows is put
-//   straight to its final position in the destination's receive area (laid out like the output,
-//   [B_q, T, D]), then the workgroup signals 'emb.from'[me] there (MPI_Win_flush, then an atomic
-//   +1). The receiver waits for every source's tile count and copies the remote rows into its
-//   output. MPI one-sided puts land in a window, not in the user's output buffer, hence that one
-//   copy (the emulator stores straight into the peer's output).
+// - scale_up (per-tile puts): a tile is pooled into this rank's staging area and each of its rows
+//   is put straight to its final position in the destination's receive area (laid out like the
+//   output, [B_q, T, D]). The tiles' signals on 'emb.from'[me] (MPI_Win_flush, then an atomic add)
+//   are coalesced: one per (workgroup, destination) after the workgroup's last tile, adding its
+//   tile count. A signal costs two MPI_Win_flush calls, measured at 50-100 us each with 4 ranks on
+//   2 cores (Open MPI yields inside its progress loop when oversubscribed), i.e. most of the call
+//   if paid per tile; and the receiver only waits once its own tiles are done, so earlier signals
+//   would not let it start sooner. The receiver waits for every source's tile count and copies the
+//   remote rows into its output. MPI one-sided puts land in a window, not in the user's output
+//   buffer, hence that one copy (the emulator stores straight into the peer's output).
 // - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
 //   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
 //   the whole slice with one MPI_Put and signals 'emb.arrive'[me]. Receivers unpack the slices.
@@ -122,13 +126,18 @@ void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& o
 void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
                   const Out& mine) {
   const int P = pl.P, me = pl.me;
-  const std::int64_t D = pl.D, T = pl.T;
-  rt.reserve(fbytes(pl.recv_floats()));
+  const std::int64_t D = pl.D, T = pl.T, tpm = pl.tp[me];
+  // Tiles pool into the staging area, which stays untouched until the call ends, so their puts
+  // need no completion before the next tile (a reused buffer would need MPI_Win_flush_local,
+  // which costs as much as a flush here).
+  const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
+  rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int from = rt.slots("emb.from", P);
   const std::vector<Tile> tiles = pl.fused_tiles();
   const int grid = rt.grid_for(tiles.size());
+  float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
-    std::vector<float> buf(static_cast<std::size_t>(kBagBlock * D));
+    std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
       const Tile& tl = tiles[i];
@@ -140,13 +149,18 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
                mine.s0);
         continue;
       }
-      pool(shards[tl.k], D, pl.pooling, b0, b1, buf.data(), D);
+      float* rows = stage + (pl.start[tl.q] * tpm + tl.i0 * tpm + tl.k) * D;  // row stride tpm*D
+      pool(shards[tl.k], D, pl.pooling, b0, b1, rows, tpm * D);
       for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
-        rt.put(tl.q, fbytes(((tl.i0 + r) * T + t) * D), buf.data() + r * D, fbytes(D));
-      rt.signal(tl.q, from + me);
+        rt.put(tl.q, recv_at + fbytes(((tl.i0 + r) * T + t) * D), rows + r * tpm * D, fbytes(D));
+      ++sent[static_cast<std::size_t>(tl.q)];
     }
+    // The tiles' signals, one per destination (see the file comment).
+    for (int q : remote_first(me, P))
+      if (sent[static_cast<std::size_t>(q)] > 0)
+        rt.signal(q, from + me, sent[static_cast<std::size_t>(q)]);
   });
-  const float* recv = rt.data_as<const float>(0);
+  const float* recv = rt.data_as<const float>(recv_at);
   for (int p : remote_first(me, P)) {
     if (p == me || pl.tiles(p, me) == 0) continue;
     rt.wait(from + p, rt.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me))),

@@ -4,8 +4,9 @@
 // so all modes give ref/'s bits.
 //
 // - scale_up (per-tile puts): the tile's rows are put straight to their final rows in the
-//   source's receive area (laid out like its output, [rows_s, N]), then 'gemm.from'[me] is
-//   signalled there, once per tile; the source copies the remote experts' rows into its output.
+//   source's receive area (laid out like its output, [rows_s, N]); 'gemm.from'[me] is signalled
+//   there once per (workgroup, destination) with the tile count (why: embedding_alltoall.cpp); the
+//   source copies the remote experts' rows into its output.
 // - scale_out (staged slices): tiles fill this rank's staging slice for s (its rows for s, expert
 //   by expert); the workgroup completing the slice puts it whole and signals 'gemm.arrive'[me].
 // - unfused: all local GEMMs into the staging layout, MPI_Ialltoallv, then the reorder into
@@ -171,12 +172,16 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& e
     for (std::int64_t e = 0; e < pl.E; ++e) r += pl.c(s, e);
     most = std::max(most, r);
   }
-  rt.reserve(fbytes(most * N));
+  // Tiles are computed into the staging area (scale_out's layout), which stays untouched until
+  // the call ends, so their puts need no completion before the next tile.
+  const std::size_t stage_at = 0, recv_at = pl.stage_bytes();
+  rt.reserve(recv_at + fbytes(most * N));
   const int from = rt.slots("gemm.from", P);
   const std::vector<Tile> tiles = pl.fused_tiles();
   const int grid = rt.grid_for(tiles.size());
+  float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
-    std::vector<float> buf(static_cast<std::size_t>(kRowBlock * kColBlock));
+    std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
       const Tile& tl = tiles[i];
@@ -186,18 +191,23 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& e
         compute_tile(pl, experts[tl.j], tl, mine.data + row0 * mine.ld + tl.n0, mine.ld);
         continue;
       }
-      compute_tile(pl, experts[tl.j], tl, buf.data(), kColBlock);
+      float* c = stage + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
+      compute_tile(pl, experts[tl.j], tl, c, N);
       for (std::int64_t r = 0; r < tl.r1 - tl.r0; ++r)
-        rt.put(tl.s, fbytes((row0 + r) * N + tl.n0), buf.data() + r * kColBlock, fbytes(width));
-      rt.signal(tl.s, from + me);
+        rt.put(tl.s, recv_at + fbytes((row0 + r) * N + tl.n0), c + r * N, fbytes(width));
+      ++sent[static_cast<std::size_t>(tl.s)];
     }
+    // One signal per (workgroup, destination), as in embedding_alltoall.cpp's scale_up.
+    for (int s : remote_first(me, P))
+      if (sent[static_cast<std::size_t>(s)] > 0)
+        rt.signal(s, from + me, sent[static_cast<std::size_t>(s)]);
   });
   for (int h : remote_first(me, P))
     if (h != me && pl.tiles(h, me) > 0)
       rt.wait(from + h, rt.expect(from + h, static_cast<std::uint64_t>(pl.tiles(h, me))),
               detail::make_string("gemm.from[", h, "]: tiles from rank ", h));
   if (N == 0) return;
-  const float* recv = rt.data_as<const float>(0);
+  const float* recv = rt.data_as<const float>(recv_at);
   const int g2 = rt.grid_for(static_cast<std::size_t>(pl.E));
   rt.launch(g2, [&](int w) {
     for (std::int64_t e = w; e < pl.E; e += g2) {

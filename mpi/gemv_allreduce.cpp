@@ -5,12 +5,13 @@
 //
 // Window layout (floats, S = m * max chunk length):
 //   inbox  [P][S]  owner side: slot p holds rank p's partial of this rank's chunk, [m, n_me]
-//   stage  [P][S]  scale_out: this rank's partial of owner j's chunk, [m, n_j]
+//   stage  [P][S]  this rank's partial of owner j's chunk, [m, n_j]
 //   gather [P][S]  every rank: owner j's reduced chunk, [m, n_j]
 //
 //   scale_up : a workgroup computes the partial of a tile (kTileN columns of one owner chunk) and
-//              puts its m row segments straight into their place in the owner's inbox slot, then
-//              signals 'gemv.in'[me] there; one signal per tile.
+//              puts its m row segments straight into their place in the owner's inbox slot; it
+//              signals 'gemv.in'[me] there once per owner, with its tile count, after its last
+//              tile (why: embedding_alltoall.cpp).
 //   scale_out: tiles fill the staging slice of their owner; the workgroup completing a slice puts
 //              it whole and signals once.
 //   both     : the owner waits for every source, folds, and puts its reduced chunk to every rank
@@ -108,7 +109,7 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
   for (auto& d : done) d.store(0, std::memory_order_relaxed);
   const int grid = rt.grid_for(pl.compute.size());
   rt.launch(grid, [&](int wg) {
-    std::vector<float> buf(static_cast<std::size_t>(pl.m * kTileN));
+    std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(wg); i < pl.compute.size();
          i += static_cast<std::size_t>(grid)) {
       const Tile& t = pl.compute[i];
@@ -118,11 +119,14 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
         continue;
       }
       if (mode == Mode::scale_up) {
-        pl.partial(t, buf.data(), kTileN);
+        // The partial goes to the staging slice, untouched until the call ends, so its puts need
+        // no completion before the next tile.
+        float* rows = stage + t.owner * S + pl.in_slab(t);  // row stride len
+        pl.partial(t, rows, len);
         for (std::int64_t r = 0; r < pl.m; ++r)
-          rt.put(t.owner, inbox_at + fbytes(me * S + r * len + pl.in_slab(t)),
-                 buf.data() + r * kTileN, fbytes(width));
-        rt.signal(t.owner, in + me);
+          rt.put(t.owner, inbox_at + fbytes(me * S + r * len + pl.in_slab(t)), rows + r * len,
+                 fbytes(width));
+        ++sent[static_cast<std::size_t>(t.owner)];
       } else {
         float* slice = stage + t.owner * S;
         pl.partial(t, slice + pl.in_slab(t), len);
@@ -132,6 +136,10 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
         }
       }
     }
+    // scale_up: one signal per (workgroup, owner), as in embedding_alltoall.cpp's scale_up.
+    for (int j : remote_first(me, P))
+      if (sent[static_cast<std::size_t>(j)] > 0)
+        rt.signal(j, in + me, sent[static_cast<std::size_t>(j)]);
   });
   const std::uint64_t per_source =
       mode == Mode::scale_up ? static_cast<std::uint64_t>(pl.tiles_of[me]) : (n_me > 0 ? 1 : 0);

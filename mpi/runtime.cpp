@@ -144,11 +144,10 @@ void Runtime::put(int peer, std::size_t offset, const void* src, std::size_t byt
   }
 }
 
-void Runtime::signal(int peer, int slot) {
-  const std::uint64_t one = 1;
+void Runtime::signal(int peer, int slot, std::uint64_t add) {
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
-  FC_CHECK_MPI(MPI_Accumulate(&one, 1, MPI_UINT64_T, peer,
-                              static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(one)), 1,
+  FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
+                              static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)), 1,
                               MPI_UINT64_T, MPI_SUM, win_));
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
 }

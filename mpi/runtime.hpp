@@ -85,9 +85,11 @@ class Runtime {
   /// Starts copying `bytes` from `src` into `peer`'s data area at `offset`. Complete at the
   /// target only after the next `signal` to (or `flush` of) that peer from this thread.
   void put(int peer, std::size_t offset, const void* src, std::size_t bytes);
-  /// Remote completion of this thread's earlier puts to `peer`, then an atomic +1 of `peer`'s
-  /// `slot`, itself flushed so that the target sees it without our further help.
-  void signal(int peer, int slot);
+  /// Remote completion of this thread's earlier puts to `peer`, then an atomic `+add` of `peer`'s
+  /// `slot`, itself flushed so that the target sees it without our further help. Each signal
+  /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
+  /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
+  void signal(int peer, int slot, std::uint64_t add = 1);
   /// Polls this rank's `slot` until it reaches `target`, driving MPI progress meanwhile; throws
   /// `TimeoutError` naming rank, slot, `what`, expected and current value past FUSEDCOLL_TIMEOUT.
   /// On return the data the signallers put before signalling is visible to this thread.
