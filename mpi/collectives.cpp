@@ -33,7 +33,7 @@ void combine(Runtime& rt, void* dst, const void* left, const void* right, std::i
              const AllReduceArgs& a, bool last) {
   const std::size_t es = dtype_size(a.dtype);
   const std::int64_t pieces = ceil_div(count, kFoldPiece);
-  const int grid = rt.grid_for(static_cast<std::size_t>(pieces));
+  const int grid = rt.grid_for_bytes(2 * nbytes(count, es), static_cast<std::size_t>(pieces));
   rt.launch(grid, [&](int w) {
     for (std::int64_t i = w; i < pieces; i += grid) {
       const std::int64_t o = i * kFoldPiece, n = std::min(kFoldPiece, count - o);
@@ -154,7 +154,8 @@ void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, Re
   const std::size_t es = dtype_size(dtype);
   const int P = rt.size();
   const std::int64_t pieces = ceil_div(count, kFoldPiece);
-  const int grid = rt.grid_for(static_cast<std::size_t>(pieces));
+  const int grid = rt.grid_for_bytes(nbytes(count, es) * static_cast<std::size_t>(P),
+                                     static_cast<std::size_t>(pieces));
   rt.launch(grid, [&](int w) {
     for (std::int64_t i = w; i < pieces; i += grid) {
       const std::int64_t o = i * kFoldPiece, n = std::min(kFoldPiece, count - o);

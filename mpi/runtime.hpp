@@ -99,12 +99,13 @@ class Runtime {
   int grid_for(std::size_t work) const {
     return static_cast<int>(std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(wgs_)));
   }
-  /// Workgroups for moving `bytes` to or from `items` peers: one below kParallelBytes, where a
-  /// single thread keeps up with the transport and extra threads only add wake-ups.
+  /// Workgroups for moving or folding `bytes` in `items` pieces: one below kParallelBytes, where
+  /// a single thread takes well under a millisecond and waking oneTBB workers costs more (on a
+  /// shared, oversubscribed host a wake-up took milliseconds at times).
   int grid_for_bytes(std::size_t bytes, std::size_t items) const {
     return bytes < kParallelBytes ? 1 : grid_for(items);
   }
-  static constexpr std::size_t kParallelBytes = std::size_t{1} << 18;
+  static constexpr std::size_t kParallelBytes = std::size_t{4} << 20;
 
   /// Runs `body(wg)` for wg in [0, grid) as oneTBB tasks of this rank's arena and returns when
   /// all are done (rethrowing the first exception). Bodies never wait for each other.
