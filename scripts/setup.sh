@@ -8,6 +8,7 @@ packages=(
   libtbb-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

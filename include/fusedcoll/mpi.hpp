@@ -1,0 +1,55 @@
+#pragma once
+/// @file
+/// The MPI backend (`fusedcoll_mpi`, docs/mpi.md): one rank = one MPI process, its workgroups
+/// oneTBB tasks inside it, symmetric memory an `MPI_Win_allocate` window under `MPI_Win_lock_all`,
+/// put = `MPI_Put`, signal = `MPI_Win_flush` then an atomic `MPI_Accumulate` on a 64-bit flag,
+/// wait = local polling through MPI (Open MPI has no progress thread). The per-rank user code is
+/// the same as on every backend: it sees a `Communicator` and the entry points of
+/// communicator.hpp. This is the only public header that names MPI types.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <functional>
+
+#include "fusedcoll/communicator.hpp"
+
+namespace fusedcoll::mpi {
+
+/// Knobs of one MPI communicator.
+struct Options {
+  /// Workgroups (oneTBB tasks) of a fused kernel's persistent grid; 0 = the number of threads
+  /// oneTBB may use in this process. The grid never waits on itself, so any value is safe.
+  int workgroups = 0;
+  /// Bytes of symmetric window allocated up front; the window grows (a collective
+  /// reallocation, at the start of a call) when a call needs more.
+  std::size_t initial_window_bytes = std::size_t{1} << 20;
+};
+
+/// A `Communicator` over the ranks of `comm`. Collective over `comm`: every rank calls it, in
+/// the same order as its other collective calls on `comm`. The backend works on its own duplicate
+/// of `comm`. MPI must have been initialised with `MPI_THREAD_MULTIPLE` (throws `BackendError`
+/// otherwise), and every `Communicator` (and copy) of it must be destroyed, on every rank, before
+/// `MPI_Finalize`: destroying the last copy frees the window, which is collective.
+Communicator make_communicator(MPI_Comm comm, const Options& options = {});
+
+/// Initialises MPI with `MPI_THREAD_MULTIPLE` unless it already is (throws `BackendError` if the
+/// library provides less), and returns a `Communicator` over `MPI_COMM_WORLD`. Pair it with
+/// `finalize()` after the last copy of the communicator is gone.
+Communicator init(int& argc, char**& argv, const Options& options = {});
+
+/// `MPI_Finalize`, unless MPI is already finalised or was never initialised.
+void finalize();
+
+/// The opt-in top-level handler for programs run under `mpiexec`: initialises MPI (as `init`),
+/// runs `body` with this rank's communicator, destroys it and finalises MPI; returns 0.
+///
+/// If `body` throws on any rank (a failed check, a `TimeoutError` of a wait past
+/// `FUSEDCOLL_TIMEOUT`, anything), that rank prints `fusedcoll mpi: rank R: <what>` to stderr and
+/// calls `MPI_Abort(MPI_COMM_WORLD, 1)`, which ends every rank of the job: a fault on one rank
+/// never leaves `mpiexec` hanging. This is the one place fusedcoll ends a process; the library
+/// itself only throws.
+int run(int& argc, char**& argv, const std::function<void(Communicator&)>& body,
+        const Options& options = {});
+
+}  // namespace fusedcoll::mpi

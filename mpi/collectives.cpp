@@ -1,0 +1,287 @@
+// fusedcoll's collectives on MPI one-sided communication, in the orders docs/semantics.md pins
+// (so every rank's result is ref/'s, bit for bit). Every collective puts into the peers' windows
+// and signals; receivers copy out of their window once every expected signal has arrived. The
+// entry rendezvous (`enter`) guarantees that no rank puts into a region a peer is still reading
+// from the previous call.
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "fusedcoll/detail/kernels.hpp"
+#include "mpi/ops.hpp"
+
+namespace fusedcoll::mpi {
+namespace {
+
+const char* at(const void* p, std::int64_t elems, std::size_t es) {
+  return static_cast<const char*>(p) + static_cast<std::size_t>(elems) * es;
+}
+char* at(void* p, std::int64_t elems, std::size_t es) {
+  return static_cast<char*>(p) + static_cast<std::size_t>(elems) * es;
+}
+std::size_t nbytes(std::int64_t elems, std::size_t es) {
+  return static_cast<std::size_t>(elems) * es;
+}
+
+/// Elements folded per workgroup: the fold is element-wise, so pieces split it freely.
+constexpr std::int64_t kFoldPiece = 1 << 15;
+
+/// `dst = left op right` element-wise (the received running value of a ring step on the left),
+/// then the average's division when `last`.
+void combine(Runtime& rt, void* dst, const void* left, const void* right, std::int64_t count,
+             const AllReduceArgs& a, bool last) {
+  const std::size_t es = dtype_size(a.dtype);
+  const std::int64_t pieces = ceil_div(count, kFoldPiece);
+  const int grid = rt.grid_for_bytes(2 * nbytes(count, es), static_cast<std::size_t>(pieces));
+  rt.launch(grid, [&](int w) {
+    for (std::int64_t i = w; i < pieces; i += grid) {
+      const std::int64_t o = i * kFoldPiece, n = std::min(kFoldPiece, count - o);
+      copy_bytes(at(dst, o, es), at(left, o, es), nbytes(n, es));
+      detail::reduce_into(at(dst, o, es), at(right, o, es), n, a.dtype, a.op);
+      if (last && a.op == ReduceOp::avg)
+        detail::finish_average(at(dst, o, es), n, a.dtype, rt.size());
+    }
+  });
+}
+
+/// Puts `bytes` at `src` into region offset `offset` of every other rank and signals `slot + me`
+/// there; workgroups take peers in communication-aware order.
+void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
+  const int P = rt.size(), me = rt.rank();
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(bytes * static_cast<std::size_t>(P - 1), P - 1);
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P - 1; j += grid) {
+      rt.put(order[j], offset, src, bytes);
+      rt.signal(order[j], slot + me);
+    }
+  });
+}
+
+/// Waits for one signal on `slot + p` from every other rank p.
+void wait_all_peers(Runtime& rt, int slot, const char* what) {
+  for (int p : remote_first(rt.rank(), rt.size()))
+    if (p != rt.rank())
+      rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string(what, "[", p, "]"));
+}
+
+/// The all-gather phase of AllReduce: this rank's finished chunk already sits at its offset in the
+/// gather area (at `gather_at`); give it to everyone, collect everyone's, copy it all into `recv`.
+void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a) {
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t es = dtype_size(a.dtype);
+  const Chunk mine = chunk_of(a.count, P, me);
+  const int out = rt.slots("all_reduce.out", P);
+  put_to_all(rt, gather_at + nbytes(mine.offset, es),
+             rt.data() + gather_at + nbytes(mine.offset, es), nbytes(mine.length, es), out);
+  wait_all_peers(rt, out, "all_reduce.out");
+  copy_bytes(a.recv, rt.data() + gather_at, nbytes(a.count, es));
+}
+
+void all_reduce_direct(Runtime& rt, const AllReduceArgs& a) {
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t es = dtype_size(a.dtype);
+  const std::int64_t maxc = chunk_of(a.count, P, 0).length;
+  const std::size_t inbox_at = 0, gather_at = nbytes(maxc * P, es);
+  rt.reserve(gather_at + nbytes(a.count, es));
+  const int in = rt.slots("all_reduce.in", P);
+  // Reduce-scatter: chunk c of our send buffer goes to owner c's inbox, slot [me].
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(nbytes(a.count, es), static_cast<std::size_t>(P - 1));
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P - 1; j += grid) {
+      const int c = order[j];
+      const Chunk ch = chunk_of(a.count, P, c);
+      rt.put(c, inbox_at + nbytes(maxc * me, es), at(a.send, ch.offset, es), nbytes(ch.length, es));
+      rt.signal(c, in + me);
+    }
+  });
+  wait_all_peers(rt, in, "all_reduce.in");
+  const Chunk mine = chunk_of(a.count, P, me);
+  fold_rank_order(rt, rt.data() + gather_at + nbytes(mine.offset, es), mine.length, a.dtype, a.op,
+                  [&](int p) -> const void* {
+                    return p == me ? at(a.send, mine.offset, es)
+                                   : rt.data() + inbox_at + nbytes(maxc * p, es);
+                  });
+  gather_chunks(rt, gather_at, a);
+}
+
+void all_reduce_ring(Runtime& rt, const AllReduceArgs& a) {
+  const int P = rt.size(), me = rt.rank();
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  const std::size_t es = dtype_size(a.dtype);
+  const std::int64_t maxc = chunk_of(a.count, P, 0).length;
+  // One mailbox per step, so a fast predecessor never overwrites a chunk not yet folded.
+  const std::size_t gather_at = nbytes(maxc * (P - 1), es);
+  rt.reserve(gather_at + nbytes(a.count, es));
+  const int step = rt.slots("all_reduce.ring", P - 1);
+  std::vector<char> acc(nbytes(maxc, es));
+  // Step 0 sends our own chunk (me - 1); step s > 0 sends the running value received at s - 1.
+  {
+    const Chunk ch = chunk_of(a.count, P, (me + P - 1) % P);
+    rt.put(next, 0, at(a.send, ch.offset, es), nbytes(ch.length, es));
+    rt.signal(next, step + 0);
+  }
+  for (int s = 0; s + 1 < P; ++s) {
+    const int c = ((me - 2 - s) % P + 2 * P) % P;
+    const Chunk ch = chunk_of(a.count, P, c);
+    rt.wait(step + s, rt.expect(step + s, 1),
+            detail::make_string("all_reduce.ring step ", s, " from rank ", prev));
+    char* dst = s + 2 < P ? acc.data() : rt.data() + gather_at + nbytes(ch.offset, es);
+    // The received running value is the left operand (semantics.md, ring).
+    combine(rt, dst, rt.data() + nbytes(maxc * s, es), at(a.send, ch.offset, es), ch.length, a,
+            s + 2 == P);
+    if (s + 2 < P) {
+      rt.put(next, nbytes(maxc * (s + 1), es), acc.data(), nbytes(ch.length, es));
+      rt.signal(next, step + s + 1);
+    }
+  }
+  gather_chunks(rt, gather_at, a);
+}
+
+/// Offsets of `counts` laid end to end.
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> off(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+}  // namespace
+
+void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
+                     const std::function<const void*(int)>& v) {
+  const std::size_t es = dtype_size(dtype);
+  const int P = rt.size();
+  const std::int64_t pieces = ceil_div(count, kFoldPiece);
+  const int grid = rt.grid_for_bytes(nbytes(count, es) * static_cast<std::size_t>(P),
+                                     static_cast<std::size_t>(pieces));
+  rt.launch(grid, [&](int w) {
+    for (std::int64_t i = w; i < pieces; i += grid) {
+      const std::int64_t o = i * kFoldPiece, n = std::min(kFoldPiece, count - o);
+      copy_bytes(at(acc, o, es), at(v(0), o, es), nbytes(n, es));
+      for (int p = 1; p < P; ++p)
+        detail::reduce_into(at(acc, o, es), at(v(p), o, es), n, dtype, op);
+      if (op == ReduceOp::avg) detail::finish_average(at(acc, o, es), n, dtype, P);
+    }
+  });
+}
+
+void all_reduce(Runtime& rt, const AllReduceArgs& args) {
+  const std::string name = std::string("all_reduce ") + to_string(args.algo);
+  enter(rt, name, args);
+  const std::size_t es = dtype_size(args.dtype);
+  if (args.count == 0) return;
+  if (rt.size() == 1) {
+    if (args.recv != args.send) copy_bytes(args.recv, args.send, nbytes(args.count, es));
+    if (args.op == ReduceOp::avg) detail::finish_average(args.recv, args.count, args.dtype, 1);
+    return;
+  }
+  if (args.algo == AllReduceAlgo::ring)
+    all_reduce_ring(rt, args);
+  else
+    all_reduce_direct(rt, args);
+}
+
+void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
+  enter(rt, "reduce_scatter", args);
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t es = dtype_size(args.dtype);
+  const std::vector<std::int64_t> off = offsets_of(args.recv_counts);
+  const std::int64_t maxc = *std::max_element(args.recv_counts.begin(), args.recv_counts.end());
+  rt.reserve(nbytes(maxc * P, es));
+  const int in = rt.slots("reduce_scatter.in", P);
+  // Chunk q of our send buffer goes to rank q's inbox, slot [me].
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(nbytes(off[P], es), static_cast<std::size_t>(P - 1));
+  if (P > 1)
+    rt.launch(grid, [&](int w) {
+      for (int j = w; j < P - 1; j += grid) {
+        const int q = order[j];
+        rt.put(q, nbytes(maxc * me, es), at(args.send, off[q], es),
+               nbytes(args.recv_counts[q], es));
+        rt.signal(q, in + me);
+      }
+    });
+  wait_all_peers(rt, in, "reduce_scatter.in");
+  // In place, recv is our own chunk of send, still an operand: fold into a temporary.
+  std::vector<char> acc(nbytes(args.recv_counts[me], es));
+  fold_rank_order(rt, acc.data(), args.recv_counts[me], args.dtype, args.op,
+                  [&](int p) -> const void* {
+                    return p == me ? at(args.send, off[me], es) : rt.data() + nbytes(maxc * p, es);
+                  });
+  copy_bytes(args.recv, acc.data(), acc.size());
+}
+
+void all_gather(Runtime& rt, const AllGatherArgs& args) {
+  enter(rt, "all_gather", args);
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t es = dtype_size(args.dtype);
+  const std::vector<std::int64_t> off = offsets_of(args.recv_counts);
+  rt.reserve(nbytes(off[P], es));
+  const int slot = rt.slots("all_gather", P);
+  if (P > 1) put_to_all(rt, nbytes(off[me], es), args.send, nbytes(args.recv_counts[me], es), slot);
+  wait_all_peers(rt, slot, "all_gather");
+  for (int p = 0; p < P; ++p) {
+    if (p == me) {
+      if (args.send != at(args.recv, off[me], es))
+        copy_bytes(at(args.recv, off[me], es), args.send, nbytes(args.recv_counts[me], es));
+    } else {
+      copy_bytes(at(args.recv, off[p], es), rt.data() + nbytes(off[p], es),
+                 nbytes(args.recv_counts[p], es));
+    }
+  }
+}
+
+void broadcast(Runtime& rt, const BroadcastArgs& args) {
+  enter(rt, "broadcast", args);
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t bytes = nbytes(args.count, dtype_size(args.dtype));
+  rt.reserve(bytes);
+  const int slot = rt.slots("broadcast", P);
+  if (me == args.root) {
+    if (P > 1) put_to_all(rt, 0, args.send, bytes, slot);
+    if (args.send != args.recv) copy_bytes(args.recv, args.send, bytes);
+    return;
+  }
+  rt.wait(slot + args.root, rt.expect(slot + args.root, 1),
+          detail::make_string("broadcast from root ", args.root));
+  copy_bytes(args.recv, rt.data(), bytes);
+}
+
+void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
+  const auto all = enter(rt, "all_to_allv", args);
+  const int P = rt.size(), me = rt.rank();
+  const std::size_t es = dtype_size(args.dtype);
+  // Rank q's receive area holds the segments of all sources in rank order.
+  std::int64_t most = 0;
+  for (int q = 0; q < P; ++q) most = std::max(most, offsets_of(all[q].recv_counts)[P]);
+  rt.reserve(nbytes(most, es));
+  const std::vector<std::int64_t> mine = offsets_of(args.recv_counts);
+  const int slot = rt.slots("all_to_allv", P);
+  const std::vector<int> order = remote_first(me, P);
+  std::int64_t sent = 0;
+  for (int q = 0; q < P; ++q) sent += args.send_counts[q];
+  const int grid = rt.grid_for_bytes(nbytes(sent, es), static_cast<std::size_t>(P - 1));
+  if (P > 1)
+    rt.launch(grid, [&](int w) {
+      for (int j = w; j < P - 1; j += grid) {
+        const int q = order[j];
+        const std::int64_t dst = offsets_of(all[q].recv_counts)[me];
+        rt.put(q, nbytes(dst, es), at(args.send, args.send_displs[q], es),
+               nbytes(args.send_counts[q], es));
+        rt.signal(q, slot + me);
+      }
+    });
+  copy_bytes(at(args.recv, args.recv_displs[me], es), at(args.send, args.send_displs[me], es),
+             nbytes(args.send_counts[me], es));
+  // Each segment is copied out as soon as it has landed, in the order the peers send to us.
+  for (int j = P - 2; j >= 0; --j) {
+    const int p = order[j];
+    rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_to_allv[", p, "]"));
+    copy_bytes(at(args.recv, args.recv_displs[p], es), rt.data() + nbytes(mine[p], es),
+               nbytes(args.recv_counts[p], es));
+  }
+}
+
+}  // namespace fusedcoll::mpi

@@ -1,0 +1,286 @@
+// EmbeddingAllToAll on MPI (docs/semantics.md, "EmbeddingAllToAll"; the kernels follow
+// emu/embedding_alltoall.cpp). A tile is (local table, block of up to kBagBlock samples of ONE
+// destination's batch range); every pooled element comes from the shared kernel
+// `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling or the mode.
+//
+// Every mode runs a persistent grid of workgroups (oneTBB tasks) over the tiles, table by table
+// and within a table remote destinations first (rank+1, rank+2, ..., local last). No workgroup
+// waits for another: the waits for peers come after this rank's grid has sent everything, so the
+// grid's size never decides whether the call can finish.
+//
+// - scale_up (per-tile puts): a tile is pooled into this rank's staging area and each of its rows
+//   is put straight to its final position in the destination's receive area (laid out like the
+//   output, [B_q, T, D]). The tiles' signals on 'emb.from'[me] (MPI_Win_flush, then an atomic add)
+//   are coalesced: one per (workgroup, destination) after the workgroup's last tile, adding its
+//   tile count. A signal costs two MPI_Win_flush calls, measured at 50-100 us each with 4 ranks on
+//   2 cores (Open MPI yields inside its progress loop when oversubscribed), i.e. most of the call
+//   if paid per tile; and the receiver only waits once its own tiles are done, so earlier signals
+//   would not let it start sooner. The receiver waits for every source's tile count and copies the
+//   remote rows into its output. MPI one-sided puts land in a window, not in the user's output
+//   buffer, hence that one copy (the emulator stores straight into the peer's output).
+// - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
+//   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
+//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]. Receivers unpack the slices.
+// - unfused: pool everything into L [B, T_me, D], then MPI_Ialltoallv and the permutation into
+//   table-id order.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fusedcoll/detail/kernels.hpp"
+#include "mpi/ops.hpp"
+
+namespace fusedcoll::mpi {
+namespace {
+
+constexpr std::int64_t kBagBlock = 16;
+
+struct Tile {
+  int q = 0;
+  int k = 0;
+  std::int64_t i0 = 0, i1 = 0;
+};
+
+struct Plan {
+  int P = 1, me = 0;
+  std::int64_t T = 0, D = 0;
+  PoolingMode pooling = PoolingMode::sum;
+  std::vector<std::int64_t> batch, start, tp, tables_before;
+  std::vector<std::vector<std::int64_t>> ids;  // [P][T_p]: global id of each rank's k-th table
+
+  Plan(const EmbeddingAllToAllArgs& a, int rank, int size)
+      : P(size),
+        me(rank),
+        T(static_cast<std::int64_t>(a.owner.size())),
+        D(a.dim),
+        pooling(a.pooling),
+        batch(a.batch_sizes),
+        start(size + 1, 0),
+        tp(size, 0),
+        tables_before(size + 1, 0),
+        ids(size) {
+    for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
+    for (std::int64_t t = 0; t < T; ++t) {
+      ++tp[a.owner[t]];
+      ids[a.owner[t]].push_back(t);
+    }
+    for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
+  }
+  std::int64_t global_batch() const { return start[P]; }
+  std::int64_t tiles(int p, int q) const { return tp[p] * ceil_div(batch[q], kBagBlock); }
+  std::int64_t slice_floats(int p, int q) const { return batch[q] * tp[p] * D; }
+  std::int64_t recv_offset(int p, int q) const { return batch[q] * tables_before[p] * D; }
+  std::int64_t stage_floats() const {
+    return global_batch() * *std::max_element(tp.begin(), tp.end()) * D;
+  }
+  std::int64_t recv_floats() const { return *std::max_element(batch.begin(), batch.end()) * T * D; }
+  std::vector<Tile> fused_tiles() const {
+    std::vector<Tile> out;
+    for (int k = 0; k < static_cast<int>(tp[me]); ++k)
+      for (int q : remote_first(me, P))
+        for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
+          out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
+    return out;
+  }
+};
+
+struct Out {
+  float* data = nullptr;
+  std::int64_t s0 = 0, s1 = 0;
+};
+
+void pool(const EmbeddingTableShard& sh, std::int64_t dim, PoolingMode mode, std::int64_t b0,
+          std::int64_t b1, float* out, std::int64_t out_stride) {
+  if (dim == 0 || b1 <= b0) return;
+  const auto* table = static_cast<const float*>(sh.weights.data());
+  const auto* weights = static_cast<const float*>(sh.per_sample_weights.data());
+  if (sh.offsets.dtype() == DType::i64) {
+    detail::embedding_bag_rows(table, sh.weights.stride(0), dim,
+                               static_cast<const std::int64_t*>(sh.offsets.data()),
+                               static_cast<const std::int64_t*>(sh.indices.data()), weights, mode,
+                               b0, b1, out, out_stride);
+  } else {
+    detail::embedding_bag_rows(table, sh.weights.stride(0), dim,
+                               static_cast<const std::int32_t*>(sh.offsets.data()),
+                               static_cast<const std::int32_t*>(sh.indices.data()), weights, mode,
+                               b0, b1, out, out_stride);
+  }
+}
+
+/// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
+void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
+  if (pl.D == 0 || pl.tp[p] == 0) return;
+  const std::int64_t tpp = pl.tp[p], B = pl.batch[pl.me];
+  const int grid = rt.grid_for(static_cast<std::size_t>(ceil_div(B, kBagBlock)));
+  rt.launch(grid, [&](int w) {
+    for (std::int64_t i = w; i < B; i += grid)
+      for (std::int64_t k = 0; k < tpp; ++k)
+        std::memcpy(out.data + i * out.s0 + pl.ids[p][k] * out.s1, block + (i * tpp + k) * pl.D,
+                    fbytes(pl.D));
+  });
+}
+
+void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                  const Out& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t D = pl.D, T = pl.T, tpm = pl.tp[me];
+  // Tiles pool into the staging area, which stays untouched until the call ends, so their puts
+  // need no completion before the next tile (a reused buffer would need MPI_Win_flush_local,
+  // which costs as much as a flush here).
+  const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
+  rt.reserve(recv_at + fbytes(pl.recv_floats()));
+  const int from = rt.slots("emb.from", P);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = rt.grid_for(tiles.size());
+  float* stage = rt.data_as<float>(stage_at);
+  rt.launch(grid, [&](int w) {
+    std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const std::int64_t t = pl.ids[me][tl.k];
+      const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
+      if (tl.q == me) {
+        if (D > 0)
+          pool(shards[tl.k], D, pl.pooling, b0, b1, mine.data + tl.i0 * mine.s0 + t * mine.s1,
+               mine.s0);
+        continue;
+      }
+      float* rows = stage + (pl.start[tl.q] * tpm + tl.i0 * tpm + tl.k) * D;  // row stride tpm*D
+      pool(shards[tl.k], D, pl.pooling, b0, b1, rows, tpm * D);
+      for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
+        rt.put(tl.q, recv_at + fbytes(((tl.i0 + r) * T + t) * D), rows + r * tpm * D, fbytes(D));
+      ++sent[static_cast<std::size_t>(tl.q)];
+    }
+    // The tiles' signals, one per destination (see the file comment).
+    for (int q : remote_first(me, P))
+      if (sent[static_cast<std::size_t>(q)] > 0)
+        rt.signal(q, from + me, sent[static_cast<std::size_t>(q)]);
+  });
+  const float* recv = rt.data_as<const float>(recv_at);
+  for (int p : remote_first(me, P)) {
+    if (p == me || pl.tiles(p, me) == 0) continue;
+    rt.wait(from + p, rt.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me))),
+            detail::make_string("emb.from[", p, "]: tiles from rank ", p));
+  }
+  if (D == 0) return;
+  const std::int64_t B = pl.batch[me];
+  std::vector<char> remote(static_cast<std::size_t>(T), 1);
+  for (std::int64_t t : pl.ids[me]) remote[static_cast<std::size_t>(t)] = 0;
+  const int g2 = rt.grid_for(static_cast<std::size_t>(ceil_div(B, kBagBlock)));
+  rt.launch(g2, [&](int w) {
+    for (std::int64_t i = w; i < B; i += g2)
+      for (std::int64_t t = 0; t < T; ++t)
+        if (remote[static_cast<std::size_t>(t)])
+          std::memcpy(mine.data + i * mine.s0 + t * mine.s1, recv + (i * T + t) * D, fbytes(D));
+  });
+}
+
+void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                   const Out& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t D = pl.D, tpm = pl.tp[me];
+  const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
+  rt.reserve(recv_at + fbytes(pl.recv_floats()));
+  const int arrive = rt.slots("emb.arrive", P);
+  std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(P));
+  for (auto& d : done) d.store(0, std::memory_order_relaxed);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = rt.grid_for(tiles.size());
+  float* stage = rt.data_as<float>(stage_at);
+  rt.launch(grid, [&](int w) {
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
+      if (tl.q == me) {
+        if (D > 0)
+          pool(shards[tl.k], D, pl.pooling, b0, b1,
+               mine.data + tl.i0 * mine.s0 + pl.ids[me][tl.k] * mine.s1, mine.s0);
+        continue;
+      }
+      float* slice = stage + pl.start[tl.q] * tpm * D;  // [B_q, T_me, D]
+      pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
+      // acq_rel: the last workgroup must see every other workgroup's rows before it puts them.
+      if (done[tl.q].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.q)) {
+        rt.put(tl.q, recv_at + fbytes(pl.recv_offset(me, tl.q)), slice,
+               fbytes(pl.slice_floats(me, tl.q)));
+        rt.signal(tl.q, arrive + me);
+      }
+    }
+  });
+  for (int p : remote_first(me, P)) {
+    if (p == me || pl.tiles(p, me) == 0) continue;
+    rt.wait(arrive + p, rt.expect(arrive + p, 1),
+            detail::make_string("emb.arrive[", p, "]: slice from rank ", p));
+    unpack(rt, pl, p, rt.data_as<const float>(recv_at) + pl.recv_offset(p, me), mine);
+  }
+}
+
+void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
+                 const Out& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t D = pl.D, tpm = pl.tp[me], B = pl.global_batch();
+  std::vector<float> local(static_cast<std::size_t>(B * tpm * D));
+  std::vector<Tile> tiles;
+  for (int k = 0; k < static_cast<int>(tpm); ++k)
+    for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
+      tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
+  const int grid = rt.grid_for(tiles.size());
+  rt.launch(grid, [&](int w) {
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, local.data() + (tl.i0 * tpm + tl.k) * D,
+           tpm * D);
+    }
+  });
+  // MPI counts are int: this baseline refuses what MPI_Alltoallv cannot express.
+  std::vector<int> sc(P), sd(P), rc(P), rd(P);
+  for (int q = 0; q < P; ++q) {
+    const std::int64_t v[4] = {pl.slice_floats(me, q), pl.start[q] * tpm * D,
+                               pl.slice_floats(q, me), pl.recv_offset(q, me)};
+    for (std::int64_t x : v)
+      if (x > INT32_MAX)
+        throw UnsupportedError(
+            "fusedcoll mpi: unfused EmbeddingAllToAll block exceeds MPI's int counts");
+    sc[q] = static_cast<int>(v[0]);
+    sd[q] = static_cast<int>(v[1]);
+    rc[q] = static_cast<int>(v[2]);
+    rd[q] = static_cast<int>(v[3]);
+  }
+  std::vector<float> recv(static_cast<std::size_t>(pl.batch[me] * pl.T * D));
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  FC_CHECK_MPI(MPI_Ialltoallv(local.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
+                              rd.data(), MPI_FLOAT, rt.comm(), &req[0]));
+  rt.wait_requests(req, "MPI_Ialltoallv of the pooled blocks");
+  for (int p = 0; p < P; ++p) unpack(rt, pl, p, recv.data() + pl.recv_offset(p, me), mine);
+}
+
+}  // namespace
+
+void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  const std::string name = std::string("embedding_alltoall ") + to_string(mode);
+  enter(rt, name, args);
+  const Plan pl(args, rt.rank(), rt.size());
+  const Out mine{static_cast<float*>(args.output.data()), args.output.stride(0),
+                 args.output.stride(1)};
+  switch (mode) {
+    case Mode::scale_up:
+      run_scale_up(rt, pl, args.local_tables, mine);
+      break;
+    case Mode::scale_out:
+      run_scale_out(rt, pl, args.local_tables, mine);
+      break;
+    case Mode::unfused:
+      run_unfused(rt, pl, args.local_tables, mine);
+      break;
+  }
+}
+
+}  // namespace fusedcoll::mpi

@@ -1,0 +1,321 @@
+// GemmAllToAll on MPI: per-expert GEMM fused with the combine All-to-All, as in
+// emu/gemm_alltoall.cpp. A tile is a row block of one expert from ONE source s x a column block;
+// every element comes from the shared kernel `detail::gemm_tile`, and the rest only moves rows,
+// so all modes give ref/'s bits.
+//
+// - scale_up (per-tile puts): the tile's rows are put straight to their final rows in the
+//   source's receive area (laid out like its output, [rows_s, N]); 'gemm.from'[me] is signalled
+//   there once per (workgroup, destination) with the tile count (why: embedding_alltoall.cpp); the
+//   source copies the remote experts' rows into its output.
+// - scale_out (staged slices): tiles fill this rank's staging slice for s (its rows for s, expert
+//   by expert); the workgroup completing the slice puts it whole and signals 'gemm.arrive'[me].
+// - unfused: all local GEMMs into the staging layout, MPI_Ialltoallv, then the reorder into
+//   expert order.
+// Local tiles are computed straight into this rank's output in every mode.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fusedcoll/detail/kernels.hpp"
+#include "mpi/ops.hpp"
+
+namespace fusedcoll::mpi {
+namespace {
+
+constexpr std::int64_t kRowBlock = 16;
+constexpr std::int64_t kColBlock = 64;
+
+/// This rank's output.
+struct OutRef {
+  float* data = nullptr;
+  std::int64_t ld = 0;  // row stride in elements
+};
+
+/// One tile: local expert `j`, rows `[r0, r1)` of the c[s][e] rows source `s` routed to it,
+/// columns `[n0, n1)`.
+struct Tile {
+  int s = 0;
+  int j = 0;
+  std::int64_t r0 = 0, r1 = 0, n0 = 0, n1 = 0;
+};
+
+/// Everything the agreed arguments say about the whole problem. Row counts are in rows of N
+/// floats.
+struct Plan {
+  int P = 1;
+  int me = 0;
+  std::int64_t E = 0, K = 0, N = 0;
+  std::vector<int> host;
+  std::vector<std::int64_t> counts;
+  std::vector<std::vector<int>> experts_of;     // [P]: experts hosted, increasing id
+  std::vector<std::vector<std::int64_t>> a0;    // [P][E]: first row of s's block in A_e
+  std::vector<std::vector<std::int64_t>> o0;    // [P][E]: first row of e's block in output_s
+  std::vector<std::vector<std::int64_t>> so;    // [P][E]: e's rows within host[e]'s slice for s
+  std::vector<std::vector<std::int64_t>> rows;  // [h][s]: rows h computes for s
+  std::vector<std::vector<std::int64_t>>
+      stage_at;  // [h][s]: where h's slice for s starts in h's stage
+  std::vector<std::vector<std::int64_t>> recv_at;  // [h][s]: where h's slice starts in s's recv
+
+  Plan(const GemmAllToAllArgs& a, int rank, int size)
+      : P(size),
+        me(rank),
+        E(static_cast<std::int64_t>(a.host.size())),
+        K(a.k),
+        N(a.n),
+        host(a.host),
+        counts(a.counts),
+        experts_of(size),
+        a0(size, std::vector<std::int64_t>(E, 0)),
+        o0(size, std::vector<std::int64_t>(E, 0)),
+        so(size, std::vector<std::int64_t>(E, 0)),
+        rows(size, std::vector<std::int64_t>(size, 0)),
+        stage_at(size, std::vector<std::int64_t>(size, 0)),
+        recv_at(size, std::vector<std::int64_t>(size, 0)) {
+    for (std::int64_t e = 0; e < E; ++e) experts_of[host[e]].push_back(static_cast<int>(e));
+    for (int s = 0; s < P; ++s) {
+      std::int64_t o = 0;
+      for (std::int64_t e = 0; e < E; ++e) {
+        if (s + 1 < P) a0[s + 1][e] = a0[s][e] + c(s, e);
+        o0[s][e] = o;
+        o += c(s, e);
+        const int h = host[e];
+        so[s][e] = rows[h][s];
+        rows[h][s] += c(s, e);
+      }
+    }
+    for (int h = 0; h < P; ++h)
+      for (int s = 1; s < P; ++s) stage_at[h][s] = stage_at[h][s - 1] + rows[h][s - 1];
+    for (int s = 0; s < P; ++s)
+      for (int h = 1; h < P; ++h) recv_at[h][s] = recv_at[h - 1][s] + rows[h - 1][s];
+  }
+  std::int64_t c(int s, std::int64_t e) const {
+    return counts[static_cast<std::size_t>(s * E + e)];
+  }
+  /// Tiles host h computes for source s (the same formula on every rank).
+  std::int64_t tiles(int h, int s) const {
+    std::int64_t n = 0;
+    for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
+    return n * ceil_div(N, kColBlock);
+  }
+  /// Symmetric sizes in bytes, identical on every rank.
+  std::size_t stage_bytes() const {
+    std::int64_t most = 0;
+    for (int h = 0; h < P; ++h) most = std::max(most, stage_at[h][P - 1] + rows[h][P - 1]);
+    return static_cast<std::size_t>(most * N) * sizeof(float);
+  }
+  std::size_t recv_bytes() const {
+    std::int64_t most = 0;
+    for (int s = 0; s < P; ++s) most = std::max(most, recv_at[P - 1][s] + rows[P - 1][s]);
+    return static_cast<std::size_t>(most * N) * sizeof(float);
+  }
+  /// This rank's tiles of local expert j for source s.
+  void add_tiles(int s, int j, std::vector<Tile>& out) const {
+    for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
+      for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
+        out.push_back({s, j, r0, std::min(r0 + kRowBlock, c(s, experts_of[me][j])), n0,
+                       std::min(n0 + kColBlock, N)});
+  }
+  /// This rank's tiles for source s.
+  void add_tiles(int s, std::vector<Tile>& out) const {
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) add_tiles(s, j, out);
+  }
+  /// Expert by expert, and within an expert communication-aware: sources rank+1, rank+2, ...,
+  /// the local rank last. Expert-major keeps a WG on one weight panel (its column block of W_e)
+  /// for consecutive tiles, as in the unfused kernel: source-major order alternated experts
+  /// every tile at small row counts and measured up to ~20% slower (docs/results.md).
+  std::vector<Tile> fused_tiles() const {
+    std::vector<Tile> out;
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
+      for (int s : remote_first(me, P)) add_tiles(s, j, out);
+    return out;
+  }
+};
+
+/// Computes a tile with the shared kernel into `dst` (row stride `ldd`).
+void compute_tile(const Plan& pl, const LocalExpert& ex, const Tile& tl, float* dst,
+                  std::int64_t ldd) {
+  const int e = pl.experts_of[pl.me][tl.j];
+  const auto* a = static_cast<const float*>(ex.a.data());
+  const auto* w = static_cast<const float*>(ex.w.data());
+  const std::int64_t lda = ex.a.stride(0), ldw = ex.w.stride(0);
+  if (pl.K > 0) {  // with K == 0 neither matrix has elements (and may be null)
+    a += (pl.a0[tl.s][e] + tl.r0) * lda;
+    w += tl.n0;
+  }
+  fusedcoll::detail::gemm_tile(a, lda, w, ldw, dst, ldd, tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K);
+}
+
+/// Copies the slice host `h` sent this rank (its rows for us, expert by expert) into the output.
+void unpack(Runtime& rt, const Plan& pl, int h, const float* slice, const OutRef& out) {
+  const int s = pl.me;
+  if (pl.N == 0 || pl.rows[h][s] == 0) return;
+  const int grid = rt.grid_for(static_cast<std::size_t>(ceil_div(pl.rows[h][s], kRowBlock)));
+  rt.launch(grid, [&](int w) {
+    for (int e : pl.experts_of[h]) {
+      const std::int64_t base = pl.so[s][e];
+      for (std::int64_t i = w; i < pl.c(s, e); i += grid)
+        std::memcpy(out.data + (pl.o0[s][e] + i) * out.ld, slice + (base + i) * pl.N, fbytes(pl.N));
+    }
+  });
+}
+
+void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& experts,
+                  const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t N = pl.N;
+  std::int64_t most = 0;
+  for (int s = 0; s < P; ++s) {
+    std::int64_t r = 0;
+    for (std::int64_t e = 0; e < pl.E; ++e) r += pl.c(s, e);
+    most = std::max(most, r);
+  }
+  // Tiles are computed into the staging area (scale_out's layout), which stays untouched until
+  // the call ends, so their puts need no completion before the next tile.
+  const std::size_t stage_at = 0, recv_at = pl.stage_bytes();
+  rt.reserve(recv_at + fbytes(most * N));
+  const int from = rt.slots("gemm.from", P);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = rt.grid_for(tiles.size());
+  float* stage = rt.data_as<float>(stage_at);
+  rt.launch(grid, [&](int w) {
+    std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const int e = pl.experts_of[me][tl.j];
+      const std::int64_t row0 = pl.o0[tl.s][e] + tl.r0, width = tl.n1 - tl.n0;
+      if (tl.s == me) {
+        compute_tile(pl, experts[tl.j], tl, mine.data + row0 * mine.ld + tl.n0, mine.ld);
+        continue;
+      }
+      float* c = stage + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
+      compute_tile(pl, experts[tl.j], tl, c, N);
+      for (std::int64_t r = 0; r < tl.r1 - tl.r0; ++r)
+        rt.put(tl.s, recv_at + fbytes((row0 + r) * N + tl.n0), c + r * N, fbytes(width));
+      ++sent[static_cast<std::size_t>(tl.s)];
+    }
+    // One signal per (workgroup, destination), as in embedding_alltoall.cpp's scale_up.
+    for (int s : remote_first(me, P))
+      if (sent[static_cast<std::size_t>(s)] > 0)
+        rt.signal(s, from + me, sent[static_cast<std::size_t>(s)]);
+  });
+  for (int h : remote_first(me, P))
+    if (h != me && pl.tiles(h, me) > 0)
+      rt.wait(from + h, rt.expect(from + h, static_cast<std::uint64_t>(pl.tiles(h, me))),
+              detail::make_string("gemm.from[", h, "]: tiles from rank ", h));
+  if (N == 0) return;
+  const float* recv = rt.data_as<const float>(recv_at);
+  const int g2 = rt.grid_for(static_cast<std::size_t>(pl.E));
+  rt.launch(g2, [&](int w) {
+    for (std::int64_t e = w; e < pl.E; e += g2) {
+      if (pl.host[e] == me) continue;
+      for (std::int64_t i = 0; i < pl.c(me, e); ++i)
+        std::memcpy(mine.data + (pl.o0[me][e] + i) * mine.ld, recv + (pl.o0[me][e] + i) * N,
+                    fbytes(N));
+    }
+  });
+}
+
+void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& experts,
+                   const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t N = pl.N;
+  const std::size_t stage_at = 0, recv_at = pl.stage_bytes();
+  rt.reserve(recv_at + pl.recv_bytes());
+  const int arrive = rt.slots("gemm.arrive", P);
+  std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(P));
+  for (auto& d : done) d.store(0, std::memory_order_relaxed);
+  float* stage = rt.data_as<float>(stage_at);
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int grid = rt.grid_for(tiles.size());
+  rt.launch(grid, [&](int w) {
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const int e = pl.experts_of[me][tl.j];
+      if (tl.s == me) {
+        compute_tile(pl, experts[tl.j], tl, mine.data + (pl.o0[me][e] + tl.r0) * mine.ld + tl.n0,
+                     mine.ld);
+        continue;
+      }
+      float* slice = stage + pl.stage_at[me][tl.s] * N;
+      compute_tile(pl, experts[tl.j], tl, slice + (pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
+      if (done[tl.s].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.s)) {
+        rt.put(tl.s, recv_at + fbytes(pl.recv_at[me][tl.s] * N), slice,
+               fbytes(pl.rows[me][tl.s] * N));
+        rt.signal(tl.s, arrive + me);
+      }
+    }
+  });
+  for (int h : remote_first(me, P)) {
+    if (h == me || pl.tiles(h, me) == 0) continue;
+    rt.wait(arrive + h, rt.expect(arrive + h, 1),
+            detail::make_string("gemm.arrive[", h, "]: slice from rank ", h));
+    unpack(rt, pl, h, rt.data_as<const float>(recv_at) + pl.recv_at[h][me] * N, mine);
+  }
+}
+
+void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& experts,
+                 const OutRef& mine) {
+  const int P = pl.P, me = pl.me;
+  const std::int64_t N = pl.N;
+  std::vector<float> stage(pl.stage_bytes() / sizeof(float));
+  std::vector<Tile> tiles;
+  for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
+  const int grid = rt.grid_for(tiles.size());
+  rt.launch(grid, [&](int w) {
+    for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
+         i += static_cast<std::size_t>(grid)) {
+      const Tile& tl = tiles[i];
+      const int e = pl.experts_of[me][tl.j];
+      compute_tile(pl, experts[tl.j], tl,
+                   stage.data() + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
+    }
+  });
+  std::vector<int> sc(P), sd(P), rc(P), rd(P);
+  for (int q = 0; q < P; ++q) {
+    const std::int64_t v[4] = {pl.rows[me][q] * N, pl.stage_at[me][q] * N, pl.rows[q][me] * N,
+                               pl.recv_at[q][me] * N};
+    for (std::int64_t x : v)
+      if (x > INT32_MAX)
+        throw UnsupportedError(
+            "fusedcoll mpi: unfused GemmAllToAll block exceeds MPI's int counts");
+    sc[q] = static_cast<int>(v[0]);
+    sd[q] = static_cast<int>(v[1]);
+    rc[q] = static_cast<int>(v[2]);
+    rd[q] = static_cast<int>(v[3]);
+  }
+  std::vector<float> recv(
+      static_cast<std::size_t>((pl.recv_at[P - 1][me] + pl.rows[P - 1][me]) * N));
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  FC_CHECK_MPI(MPI_Ialltoallv(stage.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
+                              rd.data(), MPI_FLOAT, rt.comm(), &req[0]));
+  rt.wait_requests(req, "MPI_Ialltoallv of the expert outputs");
+  for (int h = 0; h < P; ++h) unpack(rt, pl, h, recv.data() + pl.recv_at[h][me] * N, mine);
+}
+
+}  // namespace
+
+void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args);
+  const Plan pl(args, rt.rank(), rt.size());
+  const OutRef mine{static_cast<float*>(args.output.data()), args.output.stride(0)};
+  switch (mode) {
+    case Mode::scale_up:
+      run_scale_up(rt, pl, args.local_experts, mine);
+      break;
+    case Mode::scale_out:
+      run_scale_out(rt, pl, args.local_experts, mine);
+      break;
+    case Mode::unfused:
+      run_unfused(rt, pl, args.local_experts, mine);
+      break;
+  }
+}
+
+}  // namespace fusedcoll::mpi

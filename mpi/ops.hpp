@@ -1,0 +1,198 @@
+#pragma once
+// The MPI backend's operators and the prologue they share (`enter`): a rank's call is checked,
+// its global fields are serialised and exchanged with every rank, and every rank runs the same
+// `check_consistent` on every pair, so that a bad or mismatched call is reported on every rank
+// before any data moves (docs/semantics.md, "Cross-rank agreement").
+//
+// Adding a global field to an Args struct (e.g. compression options) means adding it to that
+// struct's `encode`/`decode` pair in agree.cpp, and nothing else here.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/communicator.hpp"
+#include "mpi/runtime.hpp"
+#include "ref/validate.hpp"
+
+namespace fusedcoll::mpi {
+
+/// A flat record of the fields every rank must agree on.
+class Record {
+ public:
+  void i64(std::int64_t v) { bytes_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void str(const std::string& s) {
+    i64(static_cast<std::int64_t>(s.size()));
+    bytes_ += s;
+  }
+  template <class T>
+  void list(const std::vector<T>& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    for (const T& x : v) i64(static_cast<std::int64_t>(x));
+  }
+  const std::string& bytes() const noexcept { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+/// Reads a `Record` back; a truncated record is an internal error (ranks run the same code).
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  std::int64_t i64() {
+    std::int64_t v = 0;
+    FC_CHECK_INTERNAL(pos_ + sizeof v <= bytes_.size(), "truncated argument record");
+    std::memcpy(&v, bytes_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const auto n = static_cast<std::size_t>(i64());
+    FC_CHECK_INTERNAL(pos_ + n <= bytes_.size(), "truncated argument record");
+    std::string s = bytes_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  template <class T>
+  std::vector<T> list() {
+    const auto n = static_cast<std::size_t>(i64());
+    FC_CHECK_INTERNAL(n <= bytes_.size(), "corrupt argument record");
+    std::vector<T> v(n);
+    for (auto& x : v) x = static_cast<T>(i64());
+    return v;
+  }
+
+ private:
+  const std::string& bytes_;
+  std::size_t pos_ = 0;
+};
+
+// The global fields of each call (agree.cpp). `decode` fills only those fields.
+void encode(Record& r, const EmbeddingAllToAllArgs& a);
+void encode(Record& r, const GemvAllReduceArgs& a);
+void encode(Record& r, const GemmAllToAllArgs& a);
+void encode(Record& r, const AllReduceArgs& a);
+void encode(Record& r, const AllToAllvArgs& a);
+void encode(Record& r, const ReduceScatterArgs& a);
+void encode(Record& r, const AllGatherArgs& a);
+void encode(Record& r, const BroadcastArgs& a);
+void decode(Reader& r, EmbeddingAllToAllArgs& a);
+void decode(Reader& r, GemvAllReduceArgs& a);
+void decode(Reader& r, GemmAllToAllArgs& a);
+void decode(Reader& r, AllReduceArgs& a);
+void decode(Reader& r, AllToAllvArgs& a);
+void decode(Reader& r, ReduceScatterArgs& a);
+void decode(Reader& r, AllGatherArgs& a);
+void decode(Reader& r, BroadcastArgs& a);
+
+/// Throws the `Error` subclass of `code` with `message`, the same kind on every rank.
+[[noreturn]] void throw_code(ErrorCode code, const std::string& message);
+
+/// The prologue of every call. Returns every rank's global fields (index = rank); local views in
+/// them are empty.
+template <class Args>
+std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
+  rt.begin_call();
+  rt.set_agreement(true);
+  rt.set_activity("in " + op + " (exchanging arguments)");
+  const int me = rt.rank(), P = rt.size();
+  const Status own = detail::status_of([&] {
+    enforce_env();
+    check(args, me, P);
+  });
+  Record rec;
+  rec.str(op);
+  rec.i64(static_cast<std::int64_t>(own.code));
+  rec.str(own.message);
+  if (own.ok()) encode(rec, args);
+  const std::vector<std::string> records = rt.exchange(rec.bytes());
+
+  std::vector<Args> all(static_cast<std::size_t>(P));
+  std::vector<std::string> names(static_cast<std::size_t>(P));
+  std::vector<Status> status(static_cast<std::size_t>(P));
+  std::vector<Reader> readers;
+  readers.reserve(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    readers.emplace_back(records[r]);
+    names[r] = readers[r].str();
+    status[r].code = static_cast<ErrorCode>(readers[r].i64());
+    status[r].message = readers[r].str();
+  }
+  // Every rank walks the records in the same order, so every rank reports the same problem.
+  for (int r = 1; r < P; ++r)
+    if (names[r] != names[0])
+      throw InvalidArgument(
+          detail::make_string("fusedcoll mpi: collective call mismatch: rank 0 called '", names[0],
+                              "' but rank ", r, " called '", names[r], "'"));
+  for (int r = 0; r < P; ++r)
+    if (!status[r].ok()) {
+      if (r == me) throw_code(own.code, own.message);
+      throw_code(status[r].code, detail::make_string("fusedcoll mpi: rank ", r, "'s call to ", op,
+                                                     " is invalid: ", status[r].message));
+    }
+  for (int r = 0; r < P; ++r) decode(readers[r], all[r]);
+  for (int a = 0; a < P; ++a)
+    for (int b = a + 1; b < P; ++b) check_consistent(all[a], a, all[b], b);
+  rt.set_agreement(false);
+  rt.set_activity("in " + op);
+  return all;
+}
+
+/// Which peers go first: rank+1, rank+2, ..., the local rank last, so remote data leaves early.
+inline std::vector<int> remote_first(int rank, int size) {
+  std::vector<int> order;
+  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
+  return order;
+}
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// Bytes of `n` floats.
+inline std::size_t fbytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
+
+/// memcpy that tolerates empty copies with null pointers (UBSan rejects memcpy(nullptr, _, 0)),
+/// and sidesteps a 4K-aliasing slowdown of glibc's memcpy: when the destination lies 1 to 15 bytes
+/// above the source modulo 4096 (a page-aligned window region and a malloc'ed buffer sit 8 bytes
+/// apart that way), copying 512 KiB took 150 us instead of 10 us on this machine's Zen 4 (a
+/// standalone loop over the skews; 16 and more were fast). Such copies go through an L1-resident
+/// bounce buffer half a page away from both: 23 us. Other skews copy directly.
+inline void copy_bytes(void* dst, const void* src, std::size_t n) {
+  if (n == 0) return;
+  constexpr std::size_t kPage = 4096, kChunk = 2048;
+  const std::size_t skew =
+      (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & (kPage - 1);
+  if (n < 16 * kChunk || skew == 0 || skew >= 16) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  alignas(kPage) static thread_local unsigned char bounce[2 * kPage + kChunk];
+  const std::size_t at = (reinterpret_cast<std::uintptr_t>(src) + kChunk) & (kPage - 1);
+  unsigned char* b = bounce + at;
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  for (std::size_t done = 0; done < n; done += kChunk) {
+    const std::size_t len = std::min(kChunk, n - done);
+    std::memcpy(b, s + done, len);
+    std::memcpy(d + done, b, len);
+  }
+}
+
+/// `acc = v(0); acc = acc op v(p)` for p = 1..P-1, then the average's division: the `direct`
+/// order, `count` elements, in pieces spread over the workgroups.
+void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
+                     const std::function<const void*(int)>& v);
+
+void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode);
+void gemv_allreduce(Runtime& rt, const GemvAllReduceArgs& args, Mode mode);
+void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode);
+void all_reduce(Runtime& rt, const AllReduceArgs& args);
+void all_to_allv(Runtime& rt, const AllToAllvArgs& args);
+void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args);
+void all_gather(Runtime& rt, const AllGatherArgs& args);
+void broadcast(Runtime& rt, const BroadcastArgs& args);
+
+}  // namespace fusedcoll::mpi

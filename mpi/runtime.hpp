@@ -1,0 +1,151 @@
+#pragma once
+// The MPI backend's device-side primitives, for one rank (docs/mpi.md): symmetric memory in one
+// MPI_Win_allocate window, put / signal / wait with timeouts, and a persistent grid of
+// workgroups run as oneTBB tasks.
+//
+// Window layout, identical on every rank:  [ kSlots signal slots (u64) | data area ]
+// The data area is carved per call from offsets that depend only on the agreed arguments, so an
+// offset names the same region on every rank (symmetric). Signal slots are cumulative counters,
+// never reset while the window lives: a wait's target is `expect(slot, n)`, the running total, so
+// counts may differ from call to call (as in emu/).
+
+#include <mpi.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/error.hpp"
+#include "fusedcoll/mpi.hpp"
+
+namespace fusedcoll::mpi {
+
+/// Throws `BackendError` naming the call and MPI's own error string unless `rc == MPI_SUCCESS`.
+void check_mpi(int rc, const char* call, const char* file, int line);
+
+#define FC_CHECK_MPI(call) ::fusedcoll::mpi::check_mpi((call), #call, __FILE__, __LINE__)
+
+class Runtime {
+ public:
+  static constexpr int kSlots = 8192;
+
+  Runtime(MPI_Comm comm, const Options& options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  MPI_Comm comm() const noexcept { return comm_; }
+
+  /// What this rank's host thread is doing, for timeout messages ("in gemv_allreduce scale_up").
+  void set_activity(std::string what) { activity_ = std::move(what); }
+  const std::string& activity() const noexcept { return activity_; }
+
+  /// Refuses to start a call after an earlier one failed on this rank: the peers' state is
+  /// unknown then, and the window can no longer be freed collectively.
+  void begin_call();
+  void mark_failed() noexcept { failed_ = true; }
+  /// True between the start of a call and the end of its argument agreement: errors raised then
+  /// were raised on every rank alike, before anything moved.
+  bool in_agreement() const noexcept { return in_agreement_; }
+  void set_agreement(bool on) noexcept { in_agreement_ = on; }
+
+  /// Every rank's `blob` (index = rank), exchanged with nonblocking collectives and a timeout:
+  /// the hidden rendezvous at the start of every call.
+  std::vector<std::string> exchange(const std::string& blob);
+
+  /// Completes `reqs` by polling `MPI_Testall`, throwing `TimeoutError` past FUSEDCOLL_TIMEOUT.
+  void wait_requests(std::vector<MPI_Request>& reqs, const std::string& what);
+
+  /// Makes the data area at least `bytes` long. Collective: every rank calls it at the same
+  /// point with the same value (it depends on agreed arguments only). Growing reallocates the
+  /// window, which resets every slot and target.
+  void reserve(std::size_t bytes);
+  /// This rank's data area.
+  char* data() noexcept { return base_ + kSlots * sizeof(std::uint64_t); }
+  template <class T>
+  T* data_as(std::size_t byte_offset) noexcept {
+    return reinterpret_cast<T*>(data() + byte_offset);
+  }
+
+  /// Reserves `n` consecutive slots under `key`, the same ids on every rank (calls agree, so
+  /// every rank reserves in the same order); a key keeps its slots for the window's lifetime.
+  int slots(const std::string& key, int n);
+  /// The cumulative target of `slot` after `n` more updates arrive in this call.
+  std::uint64_t expect(int slot, std::uint64_t n);
+
+  /// Starts copying `bytes` from `src` into `peer`'s data area at `offset`. Complete at the
+  /// target only after the next `signal` to (or `flush` of) that peer from this thread.
+  void put(int peer, std::size_t offset, const void* src, std::size_t bytes);
+  /// Remote completion of this thread's earlier puts to `peer`, then an atomic `+add` of `peer`'s
+  /// `slot`, itself flushed so that the target sees it without our further help. Each signal
+  /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
+  /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
+  void signal(int peer, int slot, std::uint64_t add = 1);
+  /// Polls this rank's `slot` until it reaches `target`, driving MPI progress meanwhile; throws
+  /// `TimeoutError` naming rank, slot, `what`, expected and current value past FUSEDCOLL_TIMEOUT.
+  /// On return the data the signallers put before signalling is visible to this thread.
+  void wait(int slot, std::uint64_t target, const std::string& what);
+
+  /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
+  int grid_for(std::size_t work) const {
+    return static_cast<int>(std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(wgs_)));
+  }
+  /// Workgroups for moving or folding `bytes` in `items` pieces: one below kParallelBytes, where
+  /// a single thread takes well under a millisecond and waking oneTBB workers costs more (on a
+  /// shared, oversubscribed host a wake-up took milliseconds at times).
+  int grid_for_bytes(std::size_t bytes, std::size_t items) const {
+    return bytes < kParallelBytes ? 1 : grid_for(items);
+  }
+  static constexpr std::size_t kParallelBytes = std::size_t{4} << 20;
+
+  /// Runs `body(wg)` for wg in [0, grid) as oneTBB tasks of this rank's arena and returns when
+  /// all are done (rethrowing the first exception). Bodies never wait for each other.
+  template <class F>
+  void launch(int grid, F&& body) {
+    // A grid of one runs on the calling thread: waking a oneTBB worker costs more than a small
+    // kernel, and far more on an oversubscribed node.
+    if (grid <= 1) {
+      body(0);
+      return;
+    }
+    arena_.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<int>(0, grid, 1),
+          [&](const tbb::blocked_range<int>& r) {
+            for (int w = r.begin(); w != r.end(); ++w) body(w);
+          },
+          tbb::simple_partitioner());
+    });
+  }
+
+ private:
+  void allocate(std::size_t data_bytes);
+  void release() noexcept;
+  std::uint64_t read_slot(int slot);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int wgs_ = 1;
+  tbb::task_arena arena_;
+  MPI_Win win_ = MPI_WIN_NULL;
+  char* base_ = nullptr;
+  std::size_t data_bytes_ = 0;
+  std::map<std::string, std::pair<int, int>> slot_keys_;
+  int next_slot_ = 0;
+  std::vector<std::uint64_t> targets_;
+  std::string activity_ = "idle";
+  bool failed_ = false;
+  bool in_agreement_ = false;
+};
+
+}  // namespace fusedcoll::mpi

@@ -1,0 +1,375 @@
+// The three fused operators on the MPI backend against ref/, bit for bit, in all three modes
+// (unfused, scale_up, scale_out). Every rank regenerates the whole world's inputs from the seeded
+// generators, runs ref/ locally, runs the MPI operator on its own rank's data and memcmps its
+// own output buffer (row padding included). Uneven and empty batches, empty bags, ranks without
+// tables or experts, zero routing counts, N < P, K = 0, D = 0, i32/i64 indices, weights, mean
+// pooling, padded output views, a single workgroup, and repeated calls on one communicator
+// (cumulative signal targets, window growth). Also: mismatched and invalid calls fail on every
+// rank before any data moves, and leave the communicator usable.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/communicator.hpp"
+#include "fusedcoll/inputs.hpp"
+#include "fusedcoll/ref.hpp"
+#include "tests/mpi/mpi_world.hpp"
+
+namespace {
+
+using fusedcoll::Communicator;
+using fusedcoll::DType;
+using fusedcoll::EmbeddingProblem;
+using fusedcoll::GemmProblem;
+using fusedcoll::GemvProblem;
+using fusedcoll::Mode;
+using fusedcoll::PoolingMode;
+using fusedcoll::ValueMode;
+
+constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out};
+
+int me() { return fctest::world().rank(); }
+int world_size() { return fctest::world().size(); }
+
+::testing::AssertionResult same_bits(const std::vector<float>& actual,
+                                     const std::vector<float>& expected) {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure() << "size " << actual.size() << " vs " << expected.size();
+  if (actual.empty() ||
+      std::memcmp(actual.data(), expected.data(), actual.size() * sizeof(float)) == 0)
+    return ::testing::AssertionSuccess();
+  std::size_t i = 0;
+  while (std::memcmp(&actual[i], &expected[i], sizeof(float)) == 0) ++i;
+  std::uint32_t a = 0, e = 0;
+  std::memcpy(&a, &actual[i], 4);
+  std::memcpy(&e, &expected[i], 4);
+  std::ostringstream os;  // AssertionResult's << does not keep stream flags such as std::hex
+  os << "rank " << me() << ": first difference at element " << i << " of " << actual.size()
+     << ": mpi 0x" << std::hex << a << ", ref 0x" << e;
+  return ::testing::AssertionFailure() << os.str();
+}
+
+/// Where tables or experts go: 0 round robin, 1 all on rank 0, 2 odd ranks only, 3 all on the
+/// last rank, 4 reversed blocks.
+std::vector<int> place(std::int64_t count, int P, int how) {
+  std::vector<int> owner(static_cast<std::size_t>(count));
+  for (std::int64_t t = 0; t < count; ++t) {
+    int o = 0;
+    switch (how % 5) {
+      case 0:
+        o = static_cast<int>(t % P);
+        break;
+      case 1:
+        o = 0;
+        break;
+      case 2:
+        o = P / 2 == 0 ? 0 : 1 + 2 * static_cast<int>(t % (P / 2));
+        break;
+      case 3:
+        o = P - 1;
+        break;
+      case 4:
+        o = P - 1 - static_cast<int>(t * P / std::max<std::int64_t>(count, 1));
+        break;
+    }
+    owner[static_cast<std::size_t>(t)] = o;
+  }
+  return owner;
+}
+
+/// Uneven batch ranges: every third rank gets none, the others 1..37.
+std::vector<std::int64_t> batches(int P, std::uint64_t salt) {
+  std::vector<std::int64_t> b(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q)
+    b[q] = (q % 3 == 1) ? 0 : 1 + static_cast<std::int64_t>((q * 11 + salt * 7 + P) % 37);
+  return b;
+}
+
+// --- EmbeddingAllToAll ------------------------------------------------------------------------
+
+/// Variant v: 0 sum/i64, 1 weighted sum/i32, 2 mean/i64, 3 sum/i32 integer values, 4 mean/i32,
+/// 5 weighted sum/i64 integer values.
+EmbeddingProblem emb_problem(int P, int variant, std::uint64_t seed) {
+  EmbeddingProblem pb;
+  pb.world_size = P;
+  const std::int64_t dims[] = {1, 3, 8, 13, 20};
+  pb.dim = dims[(variant + P) % 5];
+  const std::int64_t T = P + 1 + variant % 2;
+  for (std::int64_t t = 0; t < T; ++t) pb.table_rows.push_back(3 + (t * 7 + variant) % 23);
+  pb.owner = place(T, P, variant + P);
+  pb.batch_sizes = batches(P, static_cast<std::uint64_t>(variant));
+  pb.min_bag = 0;
+  pb.max_bag = 6;
+  pb.pooling = (variant == 2 || variant == 4) ? PoolingMode::mean : PoolingMode::sum;
+  pb.weighted = variant == 1 || variant == 5;
+  pb.index_dtype = (variant == 1 || variant == 3 || variant == 4) ? DType::i32 : DType::i64;
+  pb.values = (variant == 3 || variant == 5) ? ValueMode::integer : ValueMode::random;
+  pb.seed = seed;
+  return pb;
+}
+
+std::string describe(const EmbeddingProblem& pb) {
+  std::ostringstream os;
+  os << "P=" << pb.world_size << " D=" << pb.dim << " T=" << pb.num_tables() << " owner=[";
+  for (int o : pb.owner) os << o << " ";
+  os << "] batch=[";
+  for (auto b : pb.batch_sizes) os << b << " ";
+  os << "] " << fusedcoll::to_string(pb.pooling) << (pb.weighted ? " weighted" : "")
+     << " idx=" << fusedcoll::dtype_name(pb.index_dtype) << " seed=" << pb.seed;
+  return os.str();
+}
+
+void check_embedding(Communicator& comm, const EmbeddingProblem& pb, Mode mode) {
+  SCOPED_TRACE(describe(pb) + " mode=" + fusedcoll::to_string(mode));
+  auto ref_world = fusedcoll::make_world(pb);
+  fusedcoll::ref::embedding_alltoall(fusedcoll::args_of(ref_world));
+  fusedcoll::EmbeddingRankData mine(pb, comm.rank());
+  fusedcoll::embedding_alltoall(comm, mine.args(), mode);
+  EXPECT_TRUE(same_bits(mine.output, ref_world[comm.rank()].output));
+}
+
+TEST(MpiEmbeddingAllToAll, MatchesRefInEveryMode) {
+  std::uint64_t seed = 100;
+  for (int variant = 0; variant < 6; ++variant) {
+    const EmbeddingProblem pb = emb_problem(world_size(), variant, ++seed);
+    for (Mode mode : kModes) check_embedding(fctest::world(), pb, mode);
+  }
+}
+
+TEST(MpiEmbeddingAllToAll, EdgeShapes) {
+  const int P = world_size();
+  for (Mode mode : kModes) {
+    EmbeddingProblem pb = emb_problem(P, 0, 7);
+    pb.dim = 0;
+    check_embedding(fctest::world(), pb, mode);
+    pb = emb_problem(P, 2, 8);
+    pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
+    check_embedding(fctest::world(), pb, mode);
+    pb = emb_problem(P, 1, 9);
+    pb.owner.clear();
+    pb.table_rows.clear();
+    check_embedding(fctest::world(), pb, mode);
+    pb = emb_problem(P, 0, 10);
+    pb.min_bag = pb.max_bag = 0;
+    check_embedding(fctest::world(), pb, mode);
+    pb = emb_problem(P, 3, 11);
+    pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
+    pb.batch_sizes[static_cast<std::size_t>(P - 1)] = 50;
+    check_embedding(fctest::world(), pb, mode);
+  }
+}
+
+TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
+  // [B, T, D] = [~600, 12, 64] floats per receiver: several MiB of window, several tiles each.
+  EmbeddingProblem pb = EmbeddingProblem::dlrm(world_size());
+  pb.table_rows.assign(pb.table_rows.size(), 500);
+  pb.max_bag = 8;
+  for (Mode mode : kModes) check_embedding(fctest::world(), pb, mode);
+}
+
+TEST(MpiEmbeddingAllToAll, PaddedOutputViews) {
+  const int P = world_size();
+  const EmbeddingProblem pb = emb_problem(P, 1, 55);
+  const std::int64_t T = pb.num_tables(), D = pb.dim;
+  const std::int64_t s1 = D + 3, s0 = T * s1 + 5;
+  for (Mode mode : kModes) {
+    auto ref_world = fusedcoll::make_world(pb);
+    auto ref_args = fusedcoll::args_of(ref_world);
+    std::vector<std::vector<float>> ref_out(P);
+    for (int r = 0; r < P; ++r) {
+      ref_out[r].resize(
+          static_cast<std::size_t>(std::max<std::int64_t>(pb.batch_sizes[r] * s0, 1)));
+      fusedcoll::poison(ref_out[r].data(), ref_out[r].size() * sizeof(float));
+      const std::int64_t shape[3] = {pb.batch_sizes[r], T, D}, strides[3] = {s0, s1, 1};
+      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
+    }
+    fusedcoll::ref::embedding_alltoall(ref_args);
+    fusedcoll::EmbeddingRankData mine(pb, me());
+    auto args = mine.args();
+    std::vector<float> out(ref_out[me()].size());
+    fusedcoll::poison(out.data(), out.size() * sizeof(float));
+    const std::int64_t shape[3] = {pb.batch_sizes[me()], T, D}, strides[3] = {s0, s1, 1};
+    args.output = fusedcoll::TensorView(out.data(), DType::f32, shape, strides);
+    fusedcoll::embedding_alltoall(fctest::world(), args, mode);
+    EXPECT_TRUE(same_bits(out, ref_out[me()])) << fusedcoll::to_string(mode);
+  }
+}
+
+TEST(MpiEmbeddingAllToAll, SingleWorkgroup) {
+  // A second communicator, collective on every rank: the grid never waits on itself, so one
+  // workgroup must do.
+  fusedcoll::mpi::Options o;
+  o.workgroups = 1;
+  Communicator one = fusedcoll::mpi::make_communicator(MPI_COMM_WORLD, o);
+  for (Mode mode : kModes) check_embedding(one, emb_problem(world_size(), 4, 31), mode);
+}
+
+// --- GemvAllReduce ----------------------------------------------------------------------------
+
+GemvProblem gemv_problem(int P, std::int64_t m, std::int64_t n, std::uint64_t seed, bool zero_k) {
+  GemvProblem pb;
+  pb.world_size = P;
+  pb.m = m;
+  pb.n = n;
+  for (int p = 0; p < P; ++p)
+    pb.k_splits.push_back(zero_k && p % 2 == 0 ? 0
+                                               : 1 + static_cast<std::int64_t>(
+                                                         fusedcoll::hash_draw(seed, 3, p, 0) % 90));
+  pb.values = seed % 2 ? ValueMode::random : ValueMode::integer;
+  pb.seed = seed;
+  return pb;
+}
+
+void check_gemv(Communicator& comm, const GemvProblem& pb, Mode mode) {
+  std::ostringstream what;
+  what << "P=" << pb.world_size << " m=" << pb.m << " n=" << pb.n << " k=[";
+  for (auto k : pb.k_splits) what << k << " ";
+  what << "] seed=" << pb.seed << " mode=" << fusedcoll::to_string(mode);
+  SCOPED_TRACE(what.str());
+  auto ref_world = fusedcoll::make_world(pb);
+  fusedcoll::ref::gemv_allreduce(fusedcoll::args_of(ref_world));
+  fusedcoll::GemvRankData mine(pb, comm.rank());
+  fusedcoll::gemv_allreduce(comm, mine.args(), mode);
+  EXPECT_TRUE(same_bits(mine.y, ref_world[comm.rank()].y));
+}
+
+TEST(MpiGemvAllReduce, MatchesRefInEveryMode) {
+  const int P = world_size();
+  std::uint64_t seed = 300;
+  for (std::int64_t m : {1, 3, 16})
+    for (std::int64_t n : {0, 1, 5, 130, 1000})
+      for (bool zero_k : {false, true}) {
+        const GemvProblem pb = gemv_problem(P, m, n, ++seed, zero_k);
+        for (Mode mode : kModes) check_gemv(fctest::world(), pb, mode);
+      }
+}
+
+TEST(MpiGemvAllReduce, TransformerShape) {
+  GemvProblem pb = GemvProblem::transformer(world_size());
+  pb.n = 1024;  // keep the test quick; several tiles per owner chunk still
+  pb.k_splits = fusedcoll::split_evenly(2048, world_size());
+  for (Mode mode : kModes) check_gemv(fctest::world(), pb, mode);
+}
+
+// --- GemmAllToAll -----------------------------------------------------------------------------
+
+GemmProblem gemm_problem(int P, int variant, std::uint64_t seed) {
+  GemmProblem pb;
+  pb.world_size = P;
+  const std::int64_t ks[] = {1, 7, 33, 4, 16};
+  const std::int64_t ns[] = {5, 70, 1, 130, 16};
+  pb.k = ks[(variant + P) % 5];
+  pb.n = ns[(variant + 2 * P) % 5];
+  const std::int64_t E = variant % 2 == 0 ? P + 1 : 2 * P;
+  pb.host = place(E, P, variant + P);
+  pb.values = variant % 3 == 2 ? ValueMode::integer : ValueMode::random;
+  pb.seed = seed;
+  pb.random_routing(variant % 2 == 0 ? 37 : 9);
+  return pb;
+}
+
+void check_gemm(Communicator& comm, const GemmProblem& pb, Mode mode) {
+  std::ostringstream what;
+  what << "P=" << pb.world_size << " K=" << pb.k << " N=" << pb.n << " host=[";
+  for (int h : pb.host) what << h << " ";
+  what << "] seed=" << pb.seed << " mode=" << fusedcoll::to_string(mode);
+  SCOPED_TRACE(what.str());
+  auto ref_world = fusedcoll::make_world(pb);
+  fusedcoll::ref::gemm_alltoall(fusedcoll::args_of(ref_world));
+  fusedcoll::GemmRankData mine(pb, comm.rank());
+  fusedcoll::gemm_alltoall(comm, mine.args(), mode);
+  EXPECT_TRUE(same_bits(mine.output, ref_world[comm.rank()].output));
+}
+
+TEST(MpiGemmAllToAll, MatchesRefInEveryMode) {
+  std::uint64_t seed = 500;
+  for (int variant = 0; variant < 5; ++variant) {
+    const GemmProblem pb = gemm_problem(world_size(), variant, ++seed);
+    for (Mode mode : kModes) check_gemm(fctest::world(), pb, mode);
+  }
+}
+
+TEST(MpiGemmAllToAll, EdgeShapes) {
+  const int P = world_size();
+  for (Mode mode : kModes) {
+    GemmProblem pb = gemm_problem(P, 0, 41);
+    pb.k = 0;  // every output row is +0.0f
+    check_gemm(fctest::world(), pb, mode);
+    pb = gemm_problem(P, 1, 42);
+    pb.n = 0;
+    check_gemm(fctest::world(), pb, mode);
+    pb = gemm_problem(P, 2, 43);
+    pb.counts.assign(pb.counts.size(), 0);  // nothing routed anywhere
+    check_gemm(fctest::world(), pb, mode);
+    pb = gemm_problem(P, 3, 44);
+    pb.host.assign(pb.host.size(), P - 1);  // one rank hosts every expert
+    check_gemm(fctest::world(), pb, mode);
+  }
+}
+
+// --- Agreement and validation -----------------------------------------------------------------
+
+/// Runs `f`, expecting `fusedcoll::InvalidArgument` whose message contains `needle`.
+template <class F>
+void expect_invalid(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "rank " << me() << ": no exception, expected one mentioning '" << needle
+                  << "'";
+  } catch (const fusedcoll::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "rank " << me() << ": " << e.what();
+  }
+}
+
+TEST(MpiAgreement, ShapeMismatchFailsOnEveryRankBeforeDataMoves) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  GemvProblem pb = gemv_problem(world_size(), 2, 64, 7, false);
+  fusedcoll::GemvRankData mine(pb, me());
+  auto args = mine.args();
+  if (me() == 1) {
+    // Rank 1 disagrees on N; its own call is still well-formed with a y of the claimed shape.
+    args.n = 65;
+    mine.y.assign(static_cast<std::size_t>(2 * 65), 0.0f);
+    mine.w.resize(static_cast<std::size_t>(65 * pb.k_splits[1]));
+    args.y = fusedcoll::TensorView(mine.y.data(), DType::f32, {2, 65});
+    args.w = fusedcoll::ConstTensorView(mine.w.data(), DType::f32, {65, pb.k_splits[1]});
+  }
+  const std::vector<float> before = mine.y;
+  expect_invalid([&] { fusedcoll::gemv_allreduce(fctest::world(), args, Mode::scale_up); },
+                 "disagree on n");
+  EXPECT_TRUE(same_bits(mine.y, before)) << "output written although the call was rejected";
+  // Nothing moved, so the communicator is still good.
+  check_gemv(fctest::world(), gemv_problem(world_size(), 2, 64, 8, false), Mode::scale_up);
+}
+
+TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int bad = world_size() - 1;
+  GemmProblem pb = gemm_problem(world_size(), 1, 77);
+  fusedcoll::GemmRankData mine(pb, me());
+  auto args = mine.args();
+  if (me() == bad) args.output = fusedcoll::TensorView();  // wrong output shape
+  const std::string needle =
+      me() == bad ? std::string("output") : fusedcoll::detail::make_string("rank ", bad, "'s call");
+  expect_invalid([&] { fusedcoll::gemm_alltoall(fctest::world(), args, Mode::scale_out); }, needle);
+  check_gemm(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
+}
+
+TEST(MpiAgreement, DifferentModesAreAMismatch) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  const EmbeddingProblem pb = emb_problem(world_size(), 0, 88);
+  fusedcoll::EmbeddingRankData mine(pb, me());
+  const Mode mode = me() == 0 ? Mode::scale_up : Mode::scale_out;
+  expect_invalid([&] { fusedcoll::embedding_alltoall(fctest::world(), mine.args(), mode); },
+                 "collective call mismatch");
+  check_embedding(fctest::world(), pb, Mode::scale_out);
+}
+
+}  // namespace
