@@ -4,7 +4,7 @@
 // (the kernels keep ref/'s per-element orders without FMA, so they are expected to match exactly
 // there too; the tolerance is the contract, docs/semantics.md). A deliberately broken kernel (a
 // missing signal) must end in TimeoutError naming the rank, block and slot. Every test skips where
-// no device is visible. Compiled by nvcc / hipcc: the broken kernel uses hip/runtime.hpp.
+// no device is visible. Plain C++ (host compiler): the broken kernel is in signal_probe.cpp.
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
-#include "hip/runtime.hpp"
+#include "tests/gpu/signal_probe.hpp"
 
 namespace {
 
@@ -321,43 +321,20 @@ TEST(GpuWorld, CollectivesAreReportedUnsupported) {
                fc::UnsupportedError);
 }
 
-/// Rank 1 never signals rank 0: rank 0's block 0 must time out and name slot 'test.from'[1].
-__global__ void missing_signal(fc::gpu::SyncView s, int from, std::uint64_t target) {
-  const int me = static_cast<int>(blockIdx.y);
-  if (me == 1) return;  // the bug under test: no block_signal(s, 0, from + 1, 1)
-  (void)fc::gpu::block_wait(s, me, from + 1, target);
-}
-
-/// The correct protocol, to show the Context recovers after a timeout.
-__global__ void with_signal(fc::gpu::SyncView s, int from, std::uint64_t target) {
-  const int me = static_cast<int>(blockIdx.y);
-  if (me == 1) {
-    fc::gpu::block_signal(s, 0, from + 1, 1);
-    return;
-  }
-  (void)fc::gpu::block_wait(s, me, from + 1, target);
-}
-
 TEST(GpuTimeout, MissingSignalNamesTheSlot) {
   FC_REQUIRE_GPU();
-  fc::gpu::Context ctx(2, 0, 0.2);
-  ctx.begin_call("broken");
-  const int from = ctx.slots("test.from", 2);
-  const std::uint64_t target = ctx.expect(0, from + 1, 1);
-  missing_signal<<<dim3(1, 2), fc::gpu::kThreads, 0, ctx.stream()>>>(ctx.view(), from, target);
+  fc::gpu::testing::SignalProbe probe(0.2);
   try {
-    ctx.finish("broken");
+    probe.run(/*send_signal=*/false);
     FAIL() << "no TimeoutError";
   } catch (const fc::TimeoutError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("rank 0 block 0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("slot 1 ('test.from'[1]) >= 1, observed 0"), std::string::npos) << msg;
   }
-  ctx.begin_call("fixed");
-  const int from2 = ctx.slots("test.from", 2);
-  const std::uint64_t target2 = ctx.expect(0, from2 + 1, 1);
-  with_signal<<<dim3(1, 2), fc::gpu::kThreads, 0, ctx.stream()>>>(ctx.view(), from2, target2);
-  EXPECT_NO_THROW(ctx.finish("fixed"));
+  // The slots were reset: the same Context runs the correct protocol afterwards.
+  EXPECT_NO_THROW(probe.run(/*send_signal=*/true));
+  EXPECT_NO_THROW(probe.run(/*send_signal=*/true));
 }
 
 }  // namespace
