@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusedcoll needs to build and test. Idempotent: installs only
 # what is missing. When not root, prints the exact command to run instead and fails.
+#   --hip   also Debian's hipcc (HIP 5.2 on clang 15, ~400 MB, ~20 s), to compile the GPU backend
+#           for AMD (scripts/test.sh; no AMD GPU needed to compile and link)
 set -euo pipefail
 
 packages=(
@@ -10,6 +12,12 @@ packages=(
   zlib1g-dev
   libopenmpi-dev openmpi-bin
 )
+for arg in "$@"; do
+  case "$arg" in
+    --hip) packages+=(hipcc) ;;
+    *) echo "setup: unknown argument '$arg' (expected --hip)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,9 +4,11 @@
 #    This includes the MPI suites (label mpi), run under mpiexec by ctest.
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
+# 4. The GPU backend, compiled and linked for NVIDIA (nvcc, sm_90) and AMD (hipcc, gfx90a + gfx940):
+#    CI machines have no GPU, so `ctest -L gpu` must report every GPU test as skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --hip
 jobs="$(nproc)"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
@@ -28,3 +30,25 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
   -DFUSEDCOLL_ENABLE_MPI=OFF
 cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_ops_test emu_runtime_test emu_link_test
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
+
+# The GPU builds need no oneTBB, Eigen or benchmark: only ref/, the backend, its tests and bench.
+gpu_config=(-DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_EMU=OFF -DFUSEDCOLL_BUILD_TESTS=OFF
+            -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_WERROR=ON)
+gpu_targets=(fusedcoll_gpu fusedcoll_gpu_test fusedcoll-gpu-bench)
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  cmake -S . -B build-cuda "${gpu_config[@]}" -DFUSEDCOLL_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DFUSEDCOLL_CUDA_ARCHITECTURES=90
+  cmake --build build-cuda -j "$jobs" --target "${gpu_targets[@]}"
+  ctest --test-dir build-cuda --output-on-failure -L gpu
+else
+  echo "test.sh: /usr/local/cuda/bin/nvcc not found: the CUDA compile step is skipped"
+fi
+if command -v hipcc >/dev/null; then
+  # Debian's hipcc (clang 15) predates the gfx942 target id; gfx940 is the same MI300 ISA family.
+  cmake -S . -B build-hip "${gpu_config[@]}" -DFUSEDCOLL_ENABLE_HIP=ON \
+    -DFUSEDCOLL_HIP_ARCHITECTURES="gfx90a;gfx940"
+  cmake --build build-hip -j "$jobs" --target "${gpu_targets[@]}"
+  ctest --test-dir build-hip --output-on-failure -L gpu
+else
+  echo "test.sh: hipcc not found: the HIP compile step is skipped"
+fi

@@ -1,0 +1,309 @@
+// EmbeddingAllToAll on the GPU: the emulator's kernels (emu/embedding_alltoall.cpp), ported
+// tile for tile. A tile is (local table k, up to kBagBlock samples of ONE destination q's batch
+// range); a block pools it with every output element (sample, d) on its own thread, folding the
+// bag in increasing j with separately rounded products and sums, exactly ref/'s order, so the GPU
+// gives ref/'s bits here, not only a tolerance.
+//
+// - scale_up : pool straight into q's output (a plain device pointer: every rank's buffers live on
+//              this GPU), then bump 'emb.from'[me] on q. Block 0 of each rank waits for every
+//              source's tile count before the kernel ends.
+// - scale_out: remote tiles pool into the staging slice for q ([B_q, T_me, D]) and bump the local
+//              done-mask 'emb.done'[q]; the block whose add completes the slice copies it whole into
+//              q's receive buffer and signals 'emb.arrive'[me] on q. Then every block waits for
+//              each source's slice and unpacks its share into table-id order.
+// - unfused  : kernel 1 pools every local bag into L [B, T_me, D]; kernel 2 (after the kernel
+//              boundary, so no signals) copies every rank's rows of every owner's L into place.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hip/ops.hpp"
+
+namespace fusedcoll::gpu::ops {
+namespace {
+
+constexpr std::int64_t kBagBlock = 16;
+
+std::int64_t blocks_of(std::int64_t n) { return (n + kBagBlock - 1) / kBagBlock; }
+
+struct EmbTable {
+  const float* w;             // [rows, D], packed
+  const std::int64_t* off;    // [B + 1]
+  const std::int64_t* idx;    // [offsets[B]]
+  const float* psw;           // per-sample weights or null
+};
+
+/// Local table `k`, samples [i0, i1) of destination q's batch range (unfused: of the global batch).
+struct EmbTile {
+  int q;
+  int k;
+  std::int64_t i0, i1;
+};
+
+struct EmbRank {
+  const EmbTable* tables;  // [T_me]
+  float* out;              // [B_me, T, D]
+  float* stage;            // [B, T_me, D]: scale_out slices (q's at start_q), unfused L
+  float* recv;             // [B_me, T, D] as slices of every source, source-major
+};
+
+struct EmbParams {
+  int P;
+  std::int64_t T, D;
+  int mean;
+  const std::int64_t* batch;          // [P]
+  const std::int64_t* start;          // [P + 1]
+  const std::int64_t* tp;             // [P]
+  const std::int64_t* tables_before;  // [P + 1]
+  const std::int64_t* ids;            // [T]: p's k-th table is ids[tables_before[p] + k]
+  const int* owner;                   // [T]
+  const std::int64_t* local_k;        // [T]: position of t among its owner's tables
+  const EmbRank* ranks;               // [P]
+  const EmbTile* tiles;               // every rank's tiles, rank-major
+  const std::int64_t* tile_begin;     // [P + 1]
+  SyncView sync;
+  int from, done, arrive;             // slot bases
+  const std::uint64_t* wait_target;   // [P][P]: rank me's target for source p's slot
+  const std::uint64_t* done_target;   // [P][P]: rank me's done-mask target for destination q
+};
+
+/// Pools bags [b0, b0 + rows) of one table into dst (row stride ld): one thread per element.
+__device__ void pool_rows(const EmbTable& tb, std::int64_t D, int mean, std::int64_t b0,
+                          std::int64_t rows, float* dst, std::int64_t ld) {
+  for (std::int64_t e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const std::int64_t r = e / D, d = e % D, b = b0 + r;
+    const std::int64_t j0 = tb.off[b], j1 = tb.off[b + 1];
+    float acc = 0.0f;
+    if (tb.psw != nullptr) {
+      for (std::int64_t j = j0; j < j1; ++j)
+        acc = port::add(acc, port::mul(tb.psw[j], tb.w[tb.idx[j] * D + d]));
+    } else {
+      for (std::int64_t j = j0; j < j1; ++j) acc = port::add(acc, tb.w[tb.idx[j] * D + d]);
+    }
+    if (mean != 0 && j1 > j0) acc = port::div(acc, static_cast<float>(j1 - j0));
+    dst[r * ld + d] = canonical_nan(acc);
+  }
+}
+
+__global__ void emb_scale_up(EmbParams p) {
+  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const EmbRank& R = p.ranks[me];
+  const std::int64_t T = p.T, D = p.D;
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const EmbTile tl = p.tiles[i];
+    const std::int64_t t = p.ids[p.tables_before[me] + tl.k];
+    float* dst = p.ranks[tl.q].out + tl.i0 * T * D + t * D;
+    pool_rows(R.tables[tl.k], D, p.mean, p.start[tl.q] + tl.i0, tl.i1 - tl.i0, dst, T * D);
+    block_signal(p.sync, tl.q, p.from + me, 1);
+  }
+  if (blockIdx.x == 0)
+    for (int j = 1; j <= P; ++j) {
+      const int src = (me + j) % P;
+      if (!block_wait(p.sync, me, p.from + src, p.wait_target[me * P + src])) return;
+    }
+}
+
+__global__ void emb_scale_out(EmbParams p) {
+  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const EmbRank& R = p.ranks[me];
+  const std::int64_t T = p.T, D = p.D, tpm = p.tp[me];
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const EmbTile tl = p.tiles[i];
+    const std::int64_t b0 = p.start[tl.q] + tl.i0, rows = tl.i1 - tl.i0;
+    if (tl.q == me) {
+      const std::int64_t t = p.ids[p.tables_before[me] + tl.k];
+      pool_rows(R.tables[tl.k], D, p.mean, b0, rows, R.out + tl.i0 * T * D + t * D, T * D);
+      continue;
+    }
+    float* slice = R.stage + p.start[tl.q] * tpm * D;  // [B_q, T_me, D]
+    pool_rows(R.tables[tl.k], D, p.mean, b0, rows, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
+    if (block_done_is_last(slot_ptr(p.sync, me, p.done + tl.q), p.done_target[me * P + tl.q])) {
+      float* dst = p.ranks[tl.q].recv + p.batch[tl.q] * p.tables_before[me] * D;
+      block_copy(dst, slice, p.batch[tl.q] * tpm * D);
+      block_signal(p.sync, tl.q, p.arrive + me, 1);
+    }
+  }
+  for (int j = 1; j < P; ++j) {
+    const int src = (me + j) % P;
+    const std::int64_t tps = p.tp[src], bm = p.batch[me];
+    if (tps == 0 || bm == 0) continue;  // that source sends us no slice
+    if (!block_wait(p.sync, me, p.arrive + src, p.wait_target[me * P + src])) return;
+    const float* block = R.recv + bm * p.tables_before[src] * D;
+    for (std::int64_t row = blockIdx.x; row < bm * tps; row += gridDim.x) {
+      const std::int64_t i = row / tps, k = row % tps;
+      const std::int64_t t = p.ids[p.tables_before[src] + k];
+      float* o = R.out + i * T * D + t * D;
+      for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = block[row * D + d];
+    }
+  }
+}
+
+/// Unfused kernel 1: every local bag of the global batch into L [B, T_me, D].
+__global__ void emb_pool(EmbParams p) {
+  const int me = static_cast<int>(blockIdx.y);
+  const EmbRank& R = p.ranks[me];
+  const std::int64_t D = p.D, tpm = p.tp[me];
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const EmbTile tl = p.tiles[i];
+    pool_rows(R.tables[tl.k], D, p.mean, tl.i0, tl.i1 - tl.i0, R.stage + (tl.i0 * tpm + tl.k) * D,
+              tpm * D);
+  }
+}
+
+/// Unfused kernel 2, the All-to-All and permutation: output row (i, t) of rank me is row
+/// (start_me + i, local_k[t]) of owner[t]'s L.
+__global__ void emb_gather(EmbParams p) {
+  const int me = static_cast<int>(blockIdx.y);
+  const EmbRank& R = p.ranks[me];
+  const std::int64_t T = p.T, D = p.D, rows = p.batch[me] * T;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const std::int64_t i = row / T, t = row % T;
+    const int owner = p.owner[t];
+    const float* src =
+        p.ranks[owner].stage + ((p.start[me] + i) * p.tp[owner] + p.local_k[t]) * D;
+    float* o = R.out + row * D;
+    for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = src[d];
+  }
+}
+
+}  // namespace
+
+void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  const int P = ctx.world_size();
+  check_world(all, P);
+  const std::string op = std::string("embedding_alltoall ") + to_string(mode);
+  ctx.begin_call(op);
+  const EmbeddingAllToAllArgs& a0 = all[0];
+  const std::int64_t T = static_cast<std::int64_t>(a0.owner.size()), D = a0.dim;
+
+  std::vector<std::int64_t> batch = a0.batch_sizes, start(P + 1, 0), tp(P, 0),
+                            tables_before(P + 1, 0), ids, local_k(T, 0);
+  for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
+  for (std::int64_t t = 0; t < T; ++t) local_k[t] = tp[a0.owner[t]]++;
+  for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
+  ids.resize(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) ids[tables_before[a0.owner[t]] + local_k[t]] = t;
+  const std::int64_t B = start[P];
+  const std::int64_t max_tp = *std::max_element(tp.begin(), tp.end());
+  auto tiles_between = [&](int p, int q) { return tp[p] * blocks_of(batch[q]); };
+
+  Arena arena;
+  std::vector<EmbRank> ranks(P);
+  for (int r = 0; r < P; ++r) {
+    std::vector<EmbTable> tables;
+    for (const EmbeddingTableShard& sh : all[r].local_tables) {
+      const std::int64_t rows = sh.weights.size(0);
+      EmbTable tb{};
+      tb.w = arena.upload(pack<float>(sh.weights, rows, D));
+      tb.off = arena.upload(pack_indices(sh.offsets));
+      tb.idx = arena.upload(pack_indices(sh.indices));
+      tb.psw = sh.per_sample_weights.data() == nullptr
+                   ? nullptr
+                   : arena.upload(pack<float>(sh.per_sample_weights, 1, sh.per_sample_weights.size(0)));
+      tables.push_back(tb);
+    }
+    ranks[r].tables = arena.upload(tables);
+    ranks[r].out = arena.alloc_poisoned(batch[r] * T * D);
+    ranks[r].stage = arena.alloc<float>(B * max_tp * D);
+    ranks[r].recv = arena.alloc<float>(batch[r] * T * D);
+  }
+
+  // Tiles: fused ones table by table, destinations remote-first within a table (the emulator's
+  // order, which keeps a block on one table's rows); unfused ones over the global batch.
+  std::vector<EmbTile> tiles;
+  std::vector<std::int64_t> tile_begin(P + 1, 0);
+  std::int64_t most = 0;
+  for (int me = 0; me < P; ++me) {
+    for (int k = 0; k < static_cast<int>(tp[me]); ++k) {
+      if (mode == Mode::unfused) {
+        for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
+          tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
+      } else {
+        for (int q : remote_first(me, P))
+          for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
+            tiles.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
+      }
+    }
+    tile_begin[me + 1] = static_cast<std::int64_t>(tiles.size());
+    most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
+  }
+
+  EmbParams p{};
+  p.P = P;
+  p.T = T;
+  p.D = D;
+  p.mean = a0.pooling == PoolingMode::mean ? 1 : 0;
+  p.batch = arena.upload(batch);
+  p.start = arena.upload(start);
+  p.tp = arena.upload(tp);
+  p.tables_before = arena.upload(tables_before);
+  p.ids = arena.upload(ids);
+  p.owner = arena.upload(a0.owner);
+  p.local_k = arena.upload(local_k);
+  p.ranks = arena.upload(ranks);
+  p.tiles = arena.upload(tiles);
+  p.tile_begin = arena.upload(tile_begin);
+  p.sync = ctx.view();
+
+  std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
+      done_target(static_cast<std::size_t>(P * P), 0);
+  if (mode == Mode::scale_up) {
+    p.from = ctx.slots("emb.from", P);
+    for (int me = 0; me < P; ++me)
+      for (int src = 0; src < P; ++src)
+        wait_target[me * P + src] = ctx.expect(me, p.from + src, tiles_between(src, me));
+  } else if (mode == Mode::scale_out) {
+    p.done = ctx.slots("emb.done", P);
+    p.arrive = ctx.slots("emb.arrive", P);
+    for (int me = 0; me < P; ++me)
+      for (int o = 0; o < P; ++o) {
+        if (o == me) continue;
+        done_target[me * P + o] = ctx.expect(me, p.done + o, tiles_between(me, o));
+        // A source sends a slice (one signal) exactly when it has tiles for us.
+        wait_target[me * P + o] = ctx.expect(me, p.arrive + o, tiles_between(o, me) > 0 ? 1 : 0);
+      }
+  }
+  p.wait_target = arena.upload(wait_target);
+  p.done_target = arena.upload(done_target);
+
+  const std::int64_t threads = kThreads;
+  ctx.start_timing();
+  if (mode == Mode::scale_up) {
+    const int g = ctx.blocks_per_rank(emb_scale_up, most);
+    emb_scale_up<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
+  } else if (mode == Mode::scale_out) {
+    // Every block unpacks received slices too, so size for both phases.
+    const int g = ctx.blocks_per_rank(emb_scale_out, std::max(most, *std::max_element(batch.begin(), batch.end()) * max_tp));
+    emb_scale_out<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
+  } else {
+    const int g1 = ctx.blocks_per_rank(emb_pool, most);
+    emb_pool<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+    FC_CHECK_GPU(gpuGetLastError());
+    const int g2 = ctx.blocks_per_rank(emb_gather, *std::max_element(batch.begin(), batch.end()) * T);
+    emb_gather<<<dim3(g2, P), threads, 0, ctx.stream()>>>(p);
+  }
+  ctx.stop_timing();
+  ctx.finish(op);
+
+  for (int r = 0; r < P; ++r) {
+    const TensorView& o = all[r].output;
+    // [B_r, T, D] with unit inner stride: rows of D floats at (i, t); copy per (i, t) row when
+    // the view is padded, else in one piece.
+    if (batch[r] == 0 || T == 0 || D == 0) continue;
+    if (o.stride(1) == D && o.stride(0) == T * D) {
+      download_rows(ranks[r].out, batch[r] * T, D, static_cast<float*>(o.data()), D);
+    } else {
+      std::vector<float> host(static_cast<std::size_t>(batch[r] * T * D));
+      download_rows(ranks[r].out, 1, batch[r] * T * D, host.data(), batch[r] * T * D);
+      auto* dst = static_cast<float*>(o.data());
+      for (std::int64_t i = 0; i < batch[r]; ++i)
+        for (std::int64_t t = 0; t < T; ++t)
+          std::copy_n(host.data() + (i * T + t) * D, D, dst + i * o.stride(0) + t * o.stride(1));
+    }
+  }
+}
+
+}  // namespace fusedcoll::gpu::ops

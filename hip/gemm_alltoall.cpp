@@ -1,0 +1,342 @@
+// GemmAllToAll on the GPU: the emulator's kernels (emu/gemm_alltoall.cpp) ported tile for tile. A
+// tile is (local expert j, source s, up to kRowBlock of the c[s][e] rows s routed to e, up to
+// kColBlock columns). A block computes it with one thread per output element folding all of K in
+// increasing k, products and sums rounded separately (ref/'s order; A and W pass through shared
+// memory in chunks of kChunkK only to coalesce the loads), so the bits are ref/'s.
+//
+// - scale_up : the tile goes straight into its final rows of s's output (plain device pointer),
+//              then 'gemm.from'[me] on s is bumped; block 0 of each rank waits for every host.
+// - scale_out: remote tiles fill the staging slice for s; the block completing it (done-mask
+//              'gemm.done'[s]) copies the slice into s's receive buffer and signals
+//              'gemm.arrive'[me]; every block then waits for each host's slice and copies its rows
+//              into expert order.
+// - unfused  : kernel 1 computes every tile into per-source row blocks of the stage; kernel 2
+//              (after the kernel boundary, no signals) copies each rank's rows from every host's
+//              stage into expert order.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hip/ops.hpp"
+
+namespace fusedcoll::gpu::ops {
+namespace {
+
+constexpr int kRowBlock = 16;
+constexpr int kColBlock = 64;
+constexpr int kChunkK = 32;
+static_assert(kRowBlock * kColBlock == 4 * kThreads, "a thread holds 4 outputs of a tile");
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+struct GemmExpert {
+  const float* a;  // [sum_s c[s][e], K] packed
+  const float* w;  // [K, N] packed
+};
+
+struct GemmTile {
+  int s;                  // source rank the rows came from (and go back to)
+  int j;                  // local expert index
+  std::int64_t a_row;     // first row in A_e: a0(s, e) + r0
+  std::int64_t rows;      // r1 - r0
+  std::int64_t n0, cols;  // columns [n0, n0 + cols)
+  std::int64_t out_row;   // first row in output_s: o0(s, e) + r0
+  std::int64_t so_row;    // first row within this host's slice for s: so(s, e) + r0
+};
+
+/// Rows [src_row, src_row + count) of a slice or stage go to output rows [out_row, ...).
+struct RowRun {
+  std::int64_t src_row, out_row, count;
+};
+
+struct GemmRank {
+  const GemmExpert* experts;  // [E_me]
+  float* out;                 // [rows_out, N]
+  float* stage;               // [stage rows, N]: slices by source
+  float* recv;                // [recv rows, N]: slices by host
+};
+
+struct GemmParams {
+  int P;
+  std::int64_t K, N;
+  const GemmRank* ranks;
+  const GemmTile* tiles;             // every rank's tiles, rank-major
+  const std::int64_t* tile_begin;    // [P + 1]
+  const std::int64_t* stage_at;      // [h][s]
+  const std::int64_t* recv_at;       // [h][s]
+  const std::int64_t* rows;          // [h][s]
+  const std::int64_t* ntiles;        // [h][s]: tiles host h computes for source s
+  const RowRun* runs;                // runs of (me, h), rank-major then host
+  const std::int64_t* run_begin;     // [P * P + 1]
+  SyncView sync;
+  int from, done, arrive;
+  const std::uint64_t* wait_target;  // [me][h]
+  const std::uint64_t* done_target;  // [me][s]
+};
+
+/// dst[r * ldd + c] = sum over k of a[r][k] * w[k][n0 + c] for r < rows, c < cols.
+__device__ void gemm_tile(const float* a, const float* w, std::int64_t K, std::int64_t N,
+                          std::int64_t rows, std::int64_t n0, std::int64_t cols, float* dst,
+                          std::int64_t ldd) {
+  __shared__ float sa[kRowBlock][kChunkK + 1];
+  __shared__ float sw[kChunkK][kColBlock];
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int tid = static_cast<int>(threadIdx.x);
+  for (std::int64_t k0 = 0; k0 < K; k0 += kChunkK) {
+    const int kc = static_cast<int>(K - k0 < kChunkK ? K - k0 : kChunkK);
+    __syncthreads();  // the previous chunk (or tile) is no longer being read
+    for (int e = tid; e < kRowBlock * kChunkK; e += kThreads) {
+      const int r = e / kChunkK, kk = e % kChunkK;
+      sa[r][kk] = r < rows && kk < kc ? a[r * K + k0 + kk] : 0.0f;
+    }
+    for (int e = tid; e < kChunkK * kColBlock; e += kThreads) {
+      const int kk = e / kColBlock, c = e % kColBlock;
+      sw[kk][c] = kk < kc && c < cols ? w[(k0 + kk) * N + n0 + c] : 0.0f;
+    }
+    __syncthreads();
+    for (int u = 0; u < 4; ++u) {
+      const int e = tid + u * kThreads, r = e / kColBlock, c = e % kColBlock;
+      float v = acc[u];
+      for (int kk = 0; kk < kc; ++kk) v = port::add(v, port::mul(sa[r][kk], sw[kk][c]));
+      acc[u] = v;
+    }
+  }
+  for (int u = 0; u < 4; ++u) {
+    const int e = tid + u * kThreads, r = e / kColBlock, c = e % kColBlock;
+    if (r < rows && c < cols) dst[r * ldd + c] = canonical_nan(acc[u]);
+  }
+}
+
+__device__ inline void compute(const GemmParams& p, const GemmRank& R, const GemmTile& tl,
+                               float* dst, std::int64_t ldd) {
+  const GemmExpert ex = R.experts[tl.j];
+  gemm_tile(ex.a + tl.a_row * p.K, ex.w, p.K, p.N, tl.rows, tl.n0, tl.cols, dst, ldd);
+}
+
+/// Copies the runs of (me, h) from `src` (rows of N floats) into me's output, rows spread over
+/// the rank's blocks.
+__device__ void copy_runs(const GemmParams& p, int me, int h, const float* src) {
+  const std::int64_t N = p.N;
+  float* out = p.ranks[me].out;
+  for (std::int64_t r = p.run_begin[me * p.P + h]; r < p.run_begin[me * p.P + h + 1]; ++r) {
+    const RowRun run = p.runs[r];
+    for (std::int64_t i = blockIdx.x; i < run.count; i += gridDim.x)
+      for (std::int64_t c = threadIdx.x; c < N; c += blockDim.x)
+        out[(run.out_row + i) * N + c] = src[(run.src_row + i) * N + c];
+  }
+}
+
+__global__ void gemm_scale_up(GemmParams p) {
+  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const GemmRank& R = p.ranks[me];
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const GemmTile tl = p.tiles[i];
+    compute(p, R, tl, p.ranks[tl.s].out + tl.out_row * p.N + tl.n0, p.N);
+    block_signal(p.sync, tl.s, p.from + me, 1);
+  }
+  if (blockIdx.x == 0)
+    for (int j = 1; j <= P; ++j) {
+      const int h = (me + j) % P;
+      if (!block_wait(p.sync, me, p.from + h, p.wait_target[me * P + h])) return;
+    }
+}
+
+__global__ void gemm_scale_out(GemmParams p) {
+  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const GemmRank& R = p.ranks[me];
+  const std::int64_t N = p.N;
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const GemmTile tl = p.tiles[i];
+    if (tl.s == me) {
+      compute(p, R, tl, R.out + tl.out_row * N + tl.n0, N);
+      continue;
+    }
+    float* slice = R.stage + p.stage_at[me * P + tl.s] * N;
+    compute(p, R, tl, slice + tl.so_row * N + tl.n0, N);
+    if (block_done_is_last(slot_ptr(p.sync, me, p.done + tl.s), p.done_target[me * P + tl.s])) {
+      block_copy(p.ranks[tl.s].recv + p.recv_at[me * P + tl.s] * N, slice, p.rows[me * P + tl.s] * N);
+      block_signal(p.sync, tl.s, p.arrive + me, 1);
+    }
+  }
+  for (int j = 1; j < P; ++j) {
+    const int h = (me + j) % P;
+    if (p.ntiles[h * P + me] == 0) continue;  // that host sends us no slice
+    if (!block_wait(p.sync, me, p.arrive + h, p.wait_target[me * P + h])) return;
+    copy_runs(p, me, h, R.recv);
+  }
+}
+
+/// Unfused kernel 1: every local tile into the stage's per-source row blocks.
+__global__ void gemm_compute(GemmParams p) {
+  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const GemmRank& R = p.ranks[me];
+  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
+    const GemmTile tl = p.tiles[i];
+    compute(p, R, tl, R.stage + (p.stage_at[me * P + tl.s] + tl.so_row) * p.N + tl.n0, p.N);
+  }
+}
+
+/// Unfused kernel 2, the All-to-All(v) and reorder: each rank pulls its rows from every host.
+__global__ void gemm_gather(GemmParams p) {
+  const int me = static_cast<int>(blockIdx.y);
+  for (int h = 0; h < p.P; ++h) copy_runs(p, me, h, p.ranks[h].stage);
+}
+
+}  // namespace
+
+void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode));
+  const int P = ctx.world_size();
+  check_world(all, P);
+  const std::string op = std::string("gemm_alltoall ") + to_string(mode);
+  ctx.begin_call(op);
+  const GemmAllToAllArgs& g = all[0];
+  const std::int64_t E = static_cast<std::int64_t>(g.host.size()), K = g.k, N = g.n;
+  auto c = [&](int s, std::int64_t e) { return g.counts[static_cast<std::size_t>(s * E + e)]; };
+
+  // The emulator's plan (emu/gemm_alltoall.cpp), identical on every rank.
+  std::vector<std::vector<int>> experts_of(P);
+  std::vector<std::vector<std::int64_t>> a0(P, std::vector<std::int64_t>(E, 0)),
+      o0(P, std::vector<std::int64_t>(E, 0)), so(P, std::vector<std::int64_t>(E, 0));
+  std::vector<std::int64_t> rows(P * P, 0), stage_at(P * P, 0), recv_at(P * P, 0), ntiles(P * P, 0);
+  for (std::int64_t e = 0; e < E; ++e) experts_of[g.host[e]].push_back(static_cast<int>(e));
+  for (int s = 0; s < P; ++s) {
+    std::int64_t o = 0;
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (s + 1 < P) a0[s + 1][e] = a0[s][e] + c(s, e);
+      o0[s][e] = o;
+      o += c(s, e);
+      const int h = g.host[e];
+      so[s][e] = rows[h * P + s];
+      rows[h * P + s] += c(s, e);
+    }
+  }
+  for (int h = 0; h < P; ++h)
+    for (int s = 1; s < P; ++s) stage_at[h * P + s] = stage_at[h * P + s - 1] + rows[h * P + s - 1];
+  for (int s = 0; s < P; ++s)
+    for (int h = 1; h < P; ++h) recv_at[h * P + s] = recv_at[(h - 1) * P + s] + rows[(h - 1) * P + s];
+  for (int h = 0; h < P; ++h)
+    for (int s = 0; s < P; ++s) {
+      std::int64_t n = 0;
+      for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
+      ntiles[h * P + s] = n * ceil_div(N, kColBlock);
+    }
+
+  // Tiles: fused ones expert by expert, sources remote-first within an expert; unfused ones
+  // expert by expert, sources in rank order.
+  std::vector<GemmTile> tiles;
+  std::vector<std::int64_t> tile_begin(P + 1, 0);
+  std::int64_t most = 0;
+  for (int me = 0; me < P; ++me) {
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) {
+      const int e = experts_of[me][j];
+      const std::vector<int> sources = mode == Mode::unfused ? [&] {
+        std::vector<int> v(P);
+        for (int s = 0; s < P; ++s) v[s] = s;
+        return v;
+      }() : remote_first(me, P);
+      for (int s : sources)
+        for (std::int64_t r0 = 0; r0 < c(s, e); r0 += kRowBlock)
+          for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
+            tiles.push_back({s, j, a0[s][e] + r0, std::min<std::int64_t>(kRowBlock, c(s, e) - r0),
+                             n0, std::min<std::int64_t>(kColBlock, N - n0), o0[s][e] + r0,
+                             so[s][e] + r0});
+    }
+    tile_begin[me + 1] = static_cast<std::int64_t>(tiles.size());
+    most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
+  }
+
+  // Row runs into each rank's output: from h's slice in me's recv (scale_out) or from h's stage
+  // (unfused).
+  std::vector<RowRun> runs;
+  std::vector<std::int64_t> run_begin(P * P + 1, 0);
+  std::int64_t most_rows = 0;
+  for (int me = 0; me < P; ++me)
+    for (int h = 0; h < P; ++h) {
+      for (int e : experts_of[h]) {
+        const std::int64_t base = mode == Mode::unfused ? stage_at[h * P + me] : recv_at[h * P + me];
+        if (c(me, e) > 0) runs.push_back({base + so[me][e], o0[me][e], c(me, e)});
+        most_rows = std::max(most_rows, c(me, e));
+      }
+      run_begin[me * P + h + 1] = static_cast<std::int64_t>(runs.size());
+    }
+
+  Arena arena;
+  std::vector<GemmRank> ranks(P);
+  std::int64_t stage_rows = 0, recv_rows = 0;
+  for (int h = 0; h < P; ++h) stage_rows = std::max(stage_rows, stage_at[h * P + P - 1] + rows[h * P + P - 1]);
+  for (int s = 0; s < P; ++s) recv_rows = std::max(recv_rows, recv_at[(P - 1) * P + s] + rows[(P - 1) * P + s]);
+  std::vector<std::int64_t> out_rows(P, 0);
+  for (int r = 0; r < P; ++r) {
+    out_rows[r] = output_rows(all[r], r);
+    std::vector<GemmExpert> experts;
+    for (const LocalExpert& ex : all[r].local_experts)
+      experts.push_back({arena.upload(pack<float>(ex.a, ex.a.size(0), K)),
+                         arena.upload(pack<float>(ex.w, K, N))});
+    ranks[r].experts = arena.upload(experts);
+    ranks[r].out = arena.alloc_poisoned(out_rows[r] * N);
+    ranks[r].stage = mode == Mode::scale_up ? nullptr : arena.alloc<float>(stage_rows * N);
+    ranks[r].recv = mode == Mode::scale_out ? arena.alloc<float>(recv_rows * N) : nullptr;
+  }
+
+  GemmParams p{};
+  p.P = P;
+  p.K = K;
+  p.N = N;
+  p.ranks = arena.upload(ranks);
+  p.tiles = arena.upload(tiles);
+  p.tile_begin = arena.upload(tile_begin);
+  p.stage_at = arena.upload(stage_at);
+  p.recv_at = arena.upload(recv_at);
+  p.rows = arena.upload(rows);
+  p.ntiles = arena.upload(ntiles);
+  p.runs = arena.upload(runs);
+  p.run_begin = arena.upload(run_begin);
+  p.sync = ctx.view();
+
+  std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
+      done_target(static_cast<std::size_t>(P * P), 0);
+  if (mode == Mode::scale_up) {
+    p.from = ctx.slots("gemm.from", P);
+    for (int me = 0; me < P; ++me)
+      for (int h = 0; h < P; ++h)
+        wait_target[me * P + h] = ctx.expect(me, p.from + h, ntiles[h * P + me]);
+  } else if (mode == Mode::scale_out) {
+    p.done = ctx.slots("gemm.done", P);
+    p.arrive = ctx.slots("gemm.arrive", P);
+    for (int me = 0; me < P; ++me)
+      for (int o = 0; o < P; ++o) {
+        if (o == me) continue;
+        done_target[me * P + o] = ctx.expect(me, p.done + o, ntiles[me * P + o]);
+        // A host sends a slice (one signal) exactly when it has tiles for us.
+        wait_target[me * P + o] = ctx.expect(me, p.arrive + o, ntiles[o * P + me] > 0 ? 1 : 0);
+      }
+  }
+  p.wait_target = arena.upload(wait_target);
+  p.done_target = arena.upload(done_target);
+
+  ctx.start_timing();
+  if (mode == Mode::scale_up) {
+    const int gr = ctx.blocks_per_rank(gemm_scale_up, most);
+    gemm_scale_up<<<dim3(gr, P), kThreads, 0, ctx.stream()>>>(p);
+  } else if (mode == Mode::scale_out) {
+    const int gr = ctx.blocks_per_rank(gemm_scale_out, std::max(most, most_rows));
+    gemm_scale_out<<<dim3(gr, P), kThreads, 0, ctx.stream()>>>(p);
+  } else {
+    const int g1 = ctx.blocks_per_rank(gemm_compute, most);
+    gemm_compute<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
+    FC_CHECK_GPU(gpuGetLastError());
+    const int g2 = ctx.blocks_per_rank(gemm_gather, most_rows);
+    gemm_gather<<<dim3(g2, P), kThreads, 0, ctx.stream()>>>(p);
+  }
+  ctx.stop_timing();
+  ctx.finish(op);
+
+  for (int r = 0; r < P; ++r)
+    download_rows(ranks[r].out, out_rows[r], N, static_cast<float*>(all[r].output.data()),
+                  out_rows[r] > 0 ? all[r].output.stride(0) : N);
+}
+
+}  // namespace fusedcoll::gpu::ops

@@ -1,0 +1,40 @@
+#pragma once
+// The GPU backend's operators, each over all P virtual ranks of one GPU at once (the
+// single-GPU multi-rank mode): validate every rank's call and their agreement, upload, run the
+// kernels of `mode` as ONE launch per kernel whose grid holds every rank's blocks
+// (blockIdx.y = rank), download. The kernels live in the op's .cpp file; the arithmetic helpers
+// every kernel shares are below.
+
+#include <span>
+
+#include "fusedcoll/communicator.hpp"
+#include "hip/runtime.hpp"
+
+namespace fusedcoll::gpu::ops {
+
+void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all, Mode mode);
+void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode mode);
+void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mode);
+
+/// Validates every rank's call and every pair's agreement, as ref/ does, before anything moves.
+template <class Args>
+void check_world(std::span<const Args> all, int world_size) {
+  FC_ENFORCE_EQ(static_cast<int>(all.size()), world_size, "one call per rank of the world");
+  for (int r = 0; r < world_size; ++r) check(all[r], r, world_size);
+  for (int a = 0; a < world_size; ++a)
+    for (int b = a + 1; b < world_size; ++b) check_consistent(all[a], a, all[b], b);
+}
+
+#if defined(FC_GPU_HIP) || defined(FC_GPU_CUDA)
+/// The tile kernels' NaN rule (docs/semantics.md, "NaN results"): any NaN is stored as 0x7FC00000.
+__device__ inline float canonical_nan(float x) { return x != x ? __int_as_float(0x7FC00000) : x; }
+
+/// One step of a cross-rank f32 sum in ref/'s reduce_into: the first NaN wins, quietened.
+__device__ inline float reduce_sum(float acc, float v) {
+  if (acc != acc) return __int_as_float(__float_as_int(acc) | 0x00400000);
+  if (v != v) return __int_as_float(__float_as_int(v) | 0x00400000);
+  return port::add(acc, v);
+}
+#endif
+
+}  // namespace fusedcoll::gpu::ops

@@ -1,0 +1,286 @@
+#pragma once
+// The GPU backend's runtime: device memory, the signal slots with their host-side cumulative
+// targets, the timeout record, occupancy-sized launches, and the block-level primitives the fused
+// kernels are written in (put = block copy / direct stores, signal, wait, done-mask). Compiled
+// only by hipcc or nvcc (hip/portability.hpp). docs/gpu.md describes the model.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusedcoll/error.hpp"
+#include "fusedcoll/tensor.hpp"
+#include "hip/portability.hpp"
+
+/// Throws `fusedcoll::BackendError` naming file:line, the call and the vendor's error string when
+/// a HIP/CUDA runtime call fails.
+#define FC_CHECK_GPU(call)                                                                      \
+  do {                                                                                          \
+    const gpuError_t fc_gpu_err_ = (call);                                                      \
+    if (fc_gpu_err_ != gpuSuccess) [[unlikely]]                                                 \
+      ::fusedcoll::detail::throw_at<::fusedcoll::BackendError>(                                 \
+          __FILE__, __LINE__, FC_GPU_VENDOR " call failed: " #call,                             \
+          gpuGetErrorString(fc_gpu_err_));                                                      \
+  } while (false)
+
+namespace fusedcoll::gpu {
+
+/// Threads per block of every fusedcoll kernel: 8 warps / 4 wavefronts, enough to cover a 64-wide
+/// tile row with coalesced accesses, small enough that several blocks fit on each SM / CU.
+inline constexpr int kThreads = 256;
+
+/// What a wait that timed out leaves for the host: the first one wins, the others only see
+/// `flag` and leave the kernel.
+struct TimeoutRecord {
+  unsigned int flag;  // 0: none; 1: written
+  int rank;
+  int block;
+  int slot;
+  std::uint64_t expected;
+  std::uint64_t observed;
+};
+
+/// What a kernel needs to signal and wait: every rank's slot array and the timeout record.
+struct SyncView {
+  std::uint64_t* slots = nullptr;  // [P][slots_per_rank], cumulative counters, never reset
+  int slots_per_rank = 0;
+  TimeoutRecord* record = nullptr;
+  std::uint64_t timeout_ticks = 0;  // in port::device_clock() ticks
+};
+
+// ---------------------------------------------------------------------------------------------
+// Device side: every function here is called by all threads of a block (it contains barriers).
+
+/// The address of `rank`'s slot `slot`.
+__device__ inline std::uint64_t* slot_ptr(const SyncView& s, int rank, int slot) {
+  return s.slots + static_cast<std::size_t>(rank) * static_cast<std::size_t>(s.slots_per_rank) +
+         static_cast<std::size_t>(slot);
+}
+
+/// Adds `v` to `peer`'s slot once every thread of the block has finished its earlier writes (put
+/// before signal): the barrier collects the block's writes at thread 0, whose fence is cumulative
+/// over them, and the release-add publishes them to any block whose acquire sees the new value.
+template <port::Scope S = port::Scope::device>
+__device__ inline void block_signal(const SyncView& s, int peer, int slot, std::uint64_t v) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    port::fence<S>();
+    port::atomic_add_release<S>(slot_ptr(s, peer, slot), v);
+  }
+}
+
+/// Waits until this rank's slot `slot` reaches `target` (targets are cumulative, computed by the
+/// host). Returns false on every thread when the wait timed out (the record names it) or another
+/// block's wait did (the kernel is being abandoned); callers then return from the kernel.
+template <port::Scope S = port::Scope::device>
+__device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint64_t target) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    int result = 1;
+    std::uint64_t* p = slot_ptr(s, me, slot);
+    std::uint64_t v = port::atomic_load_acquire<S>(p);
+    if (v < target) {
+      const std::uint64_t t0 = port::device_clock();
+      volatile unsigned int* flag = &s.record->flag;
+      while ((v = port::atomic_load_acquire<S>(p)) < target) {
+        if (*flag != 0u) {
+          result = 0;
+          break;
+        }
+        if (port::device_clock() - t0 > s.timeout_ticks) {
+          if (port::atomic_cas(&s.record->flag, 0u, 2u) == 0u) {
+            s.record->rank = me;
+            s.record->block = static_cast<int>(blockIdx.x);
+            s.record->slot = slot;
+            s.record->expected = target;
+            s.record->observed = v;
+            port::fence<port::Scope::system>();
+            *flag = 1u;
+          }
+          result = 0;
+          break;
+        }
+        port::pause();
+      }
+    }
+    port::fence<S>();  // later reads of the block (after the barrier) see what the signal published
+    ok = result;
+  }
+  __syncthreads();
+  const bool result = ok != 0;
+  __syncthreads();  // nobody rewrites `ok` (a following wait) before every thread has read it
+  return result;
+}
+
+/// Adds 1 to a local done-counter and tells every thread of the block whether this block's add
+/// reached `target` (it finished the last tile of a slice). The acquire half makes the other
+/// blocks' tiles of the slice visible to the last block, which then copies the slice.
+template <port::Scope S = port::Scope::device>
+__device__ inline bool block_done_is_last(std::uint64_t* counter, std::uint64_t target) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    port::fence<S>();
+    const std::uint64_t old = port::atomic_add_acq_rel<S>(counter, 1);
+    port::fence<S>();
+    last = old + 1 == target ? 1 : 0;
+  }
+  __syncthreads();
+  const bool result = last != 0;
+  __syncthreads();
+  return result;
+}
+
+/// put: copies `n` floats with the whole block (the payload of a put_signal).
+__device__ inline void block_copy(float* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+/// Owns one device allocation. Never null once allocated (zero bytes still allocate a little),
+/// so kernels can take its address for empty shapes.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const noexcept { return ptr_; }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// The device memory of one operator call: inputs uploaded, outputs and scratch allocated, all
+/// freed when the call ends.
+class Arena {
+ public:
+  /// Uploads `v` and returns its device address.
+  template <class T>
+  T* upload(const std::vector<T>& v) {
+    DeviceBuffer& b = buffers_.emplace_back(v.size() * sizeof(T));
+    if (!v.empty()) FC_CHECK_GPU(gpuMemcpy(b.get(), v.data(), v.size() * sizeof(T), gpuMemcpyHostToDevice));
+    return b.as<T>();
+  }
+  /// `n` elements of uninitialised device memory.
+  template <class T>
+  T* alloc(std::int64_t n) {
+    return buffers_.emplace_back(static_cast<std::size_t>(n) * sizeof(T)).template as<T>();
+  }
+  /// `n` floats filled with the poison pattern (fusedcoll::kPoisonBits), so that an element no
+  /// kernel wrote never passes for a result.
+  float* alloc_poisoned(std::int64_t n);
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+};
+
+/// Copies the rows of a view into a contiguous vector (`rows` x `cols` elements of `T`).
+template <class T>
+std::vector<T> pack(const ConstTensorView& v, std::int64_t rows, std::int64_t cols) {
+  std::vector<T> out(static_cast<std::size_t>(rows * cols));
+  if (rows == 0 || cols == 0) return out;
+  const auto* base = static_cast<const T*>(v.data());
+  const std::int64_t ld = v.rank() >= 2 ? v.stride(0) : cols;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[static_cast<std::size_t>(r * cols + c)] = base[r * ld + c];
+  return out;
+}
+
+/// Index arrays (i32 or i64) widened to i64: the kernels take one index type.
+std::vector<std::int64_t> pack_indices(const ConstTensorView& v);
+
+/// Downloads a contiguous device `[rows, cols]` f32 array into the rows of a host view whose row
+/// stride is `ld` (padding between rows is left untouched).
+void download_rows(const float* dev, std::int64_t rows, std::int64_t cols, float* host,
+                   std::int64_t ld);
+
+/// One rank's remote-first order: rank+1, rank+2, ..., the rank itself last.
+std::vector<int> remote_first(int rank, int size);
+
+/// A named range of slots, for timeout messages.
+struct SlotName {
+  int base = 0;
+  int count = 0;
+  std::string name;
+};
+
+/// The per-World device state: one stream, the slot arrays of all ranks and their host-side
+/// cumulative counts, the timeout record, and launch sizing.
+class Context {
+ public:
+  Context(int world_size, int device, double timeout_s);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int world_size() const noexcept { return P_; }
+  int sms() const noexcept { return sms_; }
+  const std::string& device_name() const noexcept { return name_; }
+  gpuStream_t stream() const noexcept { return stream_; }
+  SyncView view() const noexcept;
+  static constexpr int kSlotsPerRank = 1 << 16;
+
+  /// Starts an operator call: forgets the previous call's slot names.
+  void begin_call(const std::string& op);
+  /// Reserves `count` slot ids (the same on every rank) named `name`; throws UnsupportedError when
+  /// the call needs more than kSlotsPerRank.
+  int slots(const std::string& name, std::int64_t count);
+  /// The cumulative value `rank`'s `slot` reaches once it received `count` more updates in this
+  /// call: the target of the call's wait (and, for done-masks, of the last adder).
+  std::uint64_t expect(int rank, int slot, std::uint64_t count);
+  /// Current cumulative count of `rank`'s `slot` (before this call's updates were expected).
+  std::uint64_t issued(int rank, int slot) const;
+
+  /// Blocks per rank for a persistent kernel over at most `work` items per rank: the most that
+  /// can be resident together for all P ranks of one launch (occupancy x SMs / P), at least 1
+  /// and at most `work`. Throws UnsupportedError when not even one block per rank fits.
+  template <class Kernel>
+  int blocks_per_rank(Kernel kernel, std::int64_t work) {
+    int per_sm = 0;
+    FC_CHECK_GPU(gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    return fit_blocks(per_sm, work);
+  }
+  int fit_blocks(int per_sm, std::int64_t work) const;
+
+  /// Brackets the kernels of one call with events (their time is `last_kernel_ms`).
+  void start_timing();
+  void stop_timing();
+  /// Waits for the stream, then turns a timeout record into TimeoutError (after resetting every
+  /// slot, so the World stays usable) and a launch or execution error into BackendError.
+  void finish(const std::string& op);
+  double last_kernel_ms() const noexcept { return last_ms_; }
+
+ private:
+  void reset_slots();
+  int P_ = 1;
+  int device_ = 0;
+  int sms_ = 1;
+  std::string name_;
+  double timeout_s_ = 30;
+  gpuStream_t stream_{};
+  gpuEvent_t start_{}, stop_{};
+  bool timing_ = false;
+  double last_ms_ = 0;
+  DeviceBuffer slots_;
+  DeviceBuffer record_;
+  std::vector<std::uint64_t> issued_;
+  std::vector<SlotName> names_;
+  int next_slot_ = 0;
+  std::string op_;
+};
+
+}  // namespace fusedcoll::gpu

@@ -1,0 +1,248 @@
+// gpu::World: the single-GPU multi-rank mode. One Context (stream, slots, timeout record) for the
+// P virtual ranks; SPMD `run` turns every op call into a rendezvous whose last arriving rank
+// launches the kernels for all ranks at once. One launch per kernel for every rank is what
+// guarantees that all ranks' blocks are resident together (sized by occupancy), which fused
+// kernels whose blocks wait for other ranks' blocks need; P launches on P streams would give no
+// such guarantee.
+//
+// Multi-GPU mode (one process or MPI rank per GPU, peers' buffers opened through IPC handles) fits
+// the same kernels: a rank's kernel would take the peers' mapped pointers in `ranks[]` and its
+// own rank in place of blockIdx.y, and signal at system scope. It is not implemented
+// (docs/gpu.md).
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "fusedcoll/env.hpp"
+#include "fusedcoll/gpu.hpp"
+#include "hip/ops.hpp"
+
+namespace fusedcoll::gpu {
+namespace {
+
+[[noreturn]] void throw_as(ErrorCode code, const std::string& what) {
+  switch (code) {
+    case ErrorCode::invalid_argument: throw InvalidArgument(what);
+    case ErrorCode::unsupported: throw UnsupportedError(what);
+    case ErrorCode::timeout: throw TimeoutError(what);
+    case ErrorCode::backend: throw BackendError(what);
+    case ErrorCode::protocol: throw ProtocolError(what);
+    default: throw InternalError(what);
+  }
+}
+
+/// An error as a value, so that every rank can throw its own copy (rethrowing one exception
+/// object from several threads would share it).
+struct Failure {
+  ErrorCode code = ErrorCode::ok;
+  std::string what;
+};
+
+Failure capture() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  } catch (const std::exception& e) {
+    return {ErrorCode::internal, e.what()};
+  } catch (...) {
+    return {ErrorCode::internal, "unknown exception"};
+  }
+}
+
+}  // namespace
+
+bool available() noexcept {
+  int count = 0;
+  return gpuGetDeviceCount(&count) == gpuSuccess && count > 0;
+}
+
+const char* vendor() noexcept { return FC_GPU_VENDOR; }
+
+struct World::State {
+  WorldOptions options;
+  Context ctx;
+
+  // The rendezvous of `run`'s host threads.
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  std::string op;
+  std::string mismatch;
+  std::vector<const void*> args;
+  Failure result;
+  bool aborted = false;
+
+  explicit State(const WorldOptions& o)
+      : options(o),
+        ctx(o.world_size, o.device, o.timeout_s > 0 ? o.timeout_s : env().timeout_s),
+        args(static_cast<std::size_t>(o.world_size), nullptr) {}
+
+  /// Every rank's call of `name` meets here; the last one runs `work` with all ranks' arguments.
+  template <class Work>
+  void collective(int rank, const std::string& name, const void* arg, Work&& work) {
+    std::unique_lock lk(m);
+    if (aborted) throw_as(ErrorCode::internal, "fusedcoll gpu: " + name + " abandoned: another rank failed");
+    if (arrived == 0) {
+      op = name;
+      mismatch.clear();
+    } else if (name != op && mismatch.empty()) {
+      mismatch = detail::make_string("collective call does not match across ranks: rank ", rank,
+                                     " called '", name, "' while others called '", op, "'");
+    }
+    args[static_cast<std::size_t>(rank)] = arg;
+    const std::uint64_t gen = generation;
+    if (++arrived == ctx.world_size()) {
+      result = {};
+      if (!mismatch.empty()) {
+        result = {ErrorCode::invalid_argument, mismatch};
+      } else {
+        try {
+          work(args);
+        } catch (...) {
+          result = capture();
+        }
+      }
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lk, [&] { return generation != gen || aborted; });
+      if (generation == gen)
+        throw_as(ErrorCode::internal, "fusedcoll gpu: " + name + " abandoned: another rank failed");
+    }
+    if (result.code != ErrorCode::ok) throw_as(result.code, result.what);
+  }
+
+  void abort() {
+    std::lock_guard lk(m);
+    aborted = true;
+    cv.notify_all();
+  }
+};
+
+namespace {
+
+template <class Args>
+std::vector<Args> gather(const std::vector<const void*>& raw) {
+  std::vector<Args> all;
+  for (const void* p : raw) all.push_back(*static_cast<const Args*>(p));
+  return all;
+}
+
+/// One rank's `Backend`: every call is a rendezvous of all ranks.
+class RankBackend final : public Backend {
+ public:
+  RankBackend(World::State& s, int rank) : s_(s), rank_(rank) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return s_.ctx.world_size(); }
+  void barrier() override {
+    s_.collective(rank_, "barrier", nullptr, [](const std::vector<const void*>&) {});
+  }
+  void embedding_alltoall(const EmbeddingAllToAllArgs& args, Mode mode) override {
+    s_.collective(rank_, std::string("embedding_alltoall ") + to_string(mode), &args,
+                  [&](const std::vector<const void*>& raw) {
+                    const auto all = gather<EmbeddingAllToAllArgs>(raw);
+                    ops::embedding_alltoall(s_.ctx, all, mode);
+                  });
+  }
+  void gemv_allreduce(const GemvAllReduceArgs& args, Mode mode) override {
+    s_.collective(rank_, std::string("gemv_allreduce ") + to_string(mode), &args,
+                  [&](const std::vector<const void*>& raw) {
+                    const auto all = gather<GemvAllReduceArgs>(raw);
+                    ops::gemv_allreduce(s_.ctx, all, mode);
+                  });
+  }
+  void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
+    s_.collective(rank_, std::string("gemm_alltoall ") + to_string(mode), &args,
+                  [&](const std::vector<const void*>& raw) {
+                    const auto all = gather<GemmAllToAllArgs>(raw);
+                    ops::gemm_alltoall(s_.ctx, all, mode);
+                  });
+  }
+  void all_reduce(const AllReduceArgs&) override { unsupported("all_reduce"); }
+  void all_to_allv(const AllToAllvArgs&) override { unsupported("all_to_allv"); }
+  void reduce_scatter(const ReduceScatterArgs&) override { unsupported("reduce_scatter"); }
+  void all_gather(const AllGatherArgs&) override { unsupported("all_gather"); }
+  void broadcast(const BroadcastArgs&) override { unsupported("broadcast"); }
+
+ private:
+  [[noreturn]] static void unsupported(const char* what) {
+    throw UnsupportedError(detail::make_string(
+        "fusedcoll gpu: the ", what,
+        " collective is not implemented on the GPU backend yet (docs/gpu.md); use the emulator"));
+  }
+  World::State& s_;
+  int rank_;
+};
+
+}  // namespace
+
+World::World(WorldOptions options) {
+  enforce_env();
+  state_ = std::make_unique<State>(options);
+}
+
+World::~World() = default;
+
+int World::size() const noexcept { return state_->ctx.world_size(); }
+
+std::string World::device_name() const { return state_->ctx.device_name(); }
+
+double World::last_kernel_ms() const noexcept { return state_->ctx.last_kernel_ms(); }
+
+void World::embedding_alltoall(std::span<const EmbeddingAllToAllArgs> ranks, Mode mode) {
+  ops::embedding_alltoall(state_->ctx, ranks, mode);
+}
+
+void World::gemv_allreduce(std::span<const GemvAllReduceArgs> ranks, Mode mode) {
+  ops::gemv_allreduce(state_->ctx, ranks, mode);
+}
+
+void World::gemm_alltoall(std::span<const GemmAllToAllArgs> ranks, Mode mode) {
+  ops::gemm_alltoall(state_->ctx, ranks, mode);
+}
+
+void World::run(const std::function<void(Communicator&)>& per_rank) {
+  State& s = *state_;
+  const int P = s.ctx.world_size();
+  {
+    std::lock_guard lk(s.m);
+    s.aborted = false;
+    s.arrived = 0;
+  }
+  std::mutex em;
+  int first_rank = -1;
+  Failure first;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(std::make_shared<RankBackend>(s, r));
+        per_rank(comm);
+      } catch (...) {
+        Failure f = capture();
+        {
+          std::lock_guard lk(em);
+          // The root cause, not the "abandoned" errors it caused on the other ranks.
+          const bool abandoned = f.what.find(" abandoned: another rank failed") != std::string::npos;
+          if (first_rank < 0 || (!abandoned && first.what.find(" abandoned: ") != std::string::npos)) {
+            first_rank = r;
+            first = std::move(f);
+          }
+        }
+        s.abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first_rank >= 0) throw_as(first.code, detail::make_string("rank ", first_rank, ": ", first.what));
+}
+
+}  // namespace fusedcoll::gpu
