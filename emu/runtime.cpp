@@ -111,17 +111,7 @@ std::exception_ptr clone_error(std::exception_ptr e, const std::string& prefix) 
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
-    const std::string what = prefix + err.what();
-    switch (err.code()) {
-      case ErrorCode::invalid_argument: return std::make_exception_ptr(InvalidArgument(what));
-      case ErrorCode::unsupported: return std::make_exception_ptr(UnsupportedError(what));
-      case ErrorCode::timeout: return std::make_exception_ptr(TimeoutError(what));
-      case ErrorCode::backend: return std::make_exception_ptr(BackendError(what));
-      case ErrorCode::protocol: return std::make_exception_ptr(ProtocolError(what));
-      case ErrorCode::internal:
-      case ErrorCode::ok: break;
-    }
-    return std::make_exception_ptr(InternalError(what));
+    return make_error(err.code(), prefix + err.what());
   } catch (const std::exception& err) {
     return std::make_exception_ptr(std::runtime_error(prefix + err.what()));
   } catch (...) {

@@ -25,14 +25,7 @@ namespace fusedcoll::gpu {
 namespace {
 
 [[noreturn]] void throw_as(ErrorCode code, const std::string& what) {
-  switch (code) {
-    case ErrorCode::invalid_argument: throw InvalidArgument(what);
-    case ErrorCode::unsupported: throw UnsupportedError(what);
-    case ErrorCode::timeout: throw TimeoutError(what);
-    case ErrorCode::backend: throw BackendError(what);
-    case ErrorCode::protocol: throw ProtocolError(what);
-    default: throw InternalError(what);
-  }
+  std::rethrow_exception(make_error(code, what));
 }
 
 /// An error as a value, so that every rank can throw its own copy (rethrowing one exception

@@ -6,20 +6,7 @@
 namespace fusedcoll::mpi {
 
 void throw_code(ErrorCode code, const std::string& message) {
-  switch (code) {
-    case ErrorCode::invalid_argument:
-      throw InvalidArgument(message);
-    case ErrorCode::unsupported:
-      throw UnsupportedError(message);
-    case ErrorCode::timeout:
-      throw TimeoutError(message);
-    case ErrorCode::backend:
-      throw BackendError(message);
-    case ErrorCode::ok:
-    case ErrorCode::internal:
-      break;
-  }
-  throw InternalError(message);
+  std::rethrow_exception(make_error(code, message));
 }
 
 void encode(Record& r, const EmbeddingAllToAllArgs& a) {

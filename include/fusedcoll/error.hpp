@@ -8,6 +8,7 @@
 /// broken invariants.
 
 #include <cstdint>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -88,6 +89,21 @@ class ProtocolError : public Error {
  public:
   explicit ProtocolError(const std::string& what) : Error(ErrorCode::protocol, what) {}
 };
+
+/// A new exception of the class `code` names, carrying `what` (InternalError for `internal` and
+/// `ok`): how an error crosses a thread or process boundary as a value and is raised again.
+inline std::exception_ptr make_error(ErrorCode code, const std::string& what) {
+  switch (code) {
+    case ErrorCode::invalid_argument: return std::make_exception_ptr(InvalidArgument(what));
+    case ErrorCode::unsupported: return std::make_exception_ptr(UnsupportedError(what));
+    case ErrorCode::timeout: return std::make_exception_ptr(TimeoutError(what));
+    case ErrorCode::backend: return std::make_exception_ptr(BackendError(what));
+    case ErrorCode::protocol: return std::make_exception_ptr(ProtocolError(what));
+    case ErrorCode::internal:
+    case ErrorCode::ok: break;
+  }
+  return std::make_exception_ptr(InternalError(what));
+}
 
 /// Result of a non-throwing capability check (`can_implement`).
 struct Status {
