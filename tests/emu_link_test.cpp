@@ -34,23 +34,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// Median time this machine takes to memcpy `bytes`, in ms: the emulator copies a put's bytes when
-/// it is issued, so no link model can be faster than this.
-double memcpy_ms(std::size_t bytes) {
-  std::vector<std::byte> a(bytes, std::byte{1}), b(bytes, std::byte{2});
-  std::vector<double> ms;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = Clock::now();
-    std::memcpy(b.data(), a.data(), bytes);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
-  return median(ms);
-}
+struct Trial {
+  double copy_ms = 0;      // rank 0's puts, from issue to return (the host copies the bytes)
+  double delivery_ms = 0;  // from issuing the first put to rank 1 observing the signal
+};
 
-/// Median over `trials` of the time from rank 0 starting `puts` puts of `bytes` each, then one
-/// signal, to rank 1 observing the signal, in ms.
-double median_delivery_ms(fc::emu::World& world, std::size_t bytes, int puts, int trials) {
-  std::vector<Clock::time_point> sent(trials), got(trials);
+/// `trials` times: rank 0 issues `puts` puts of `bytes` each, then one signal; rank 1 waits.
+std::vector<Trial> deliveries(fc::emu::World& world, std::size_t bytes, int puts, int trials) {
+  std::vector<Clock::time_point> sent(trials), copied(trials), got(trials);
   std::vector<std::byte> src(bytes * puts, std::byte{1});
   world.run([&](fc::Communicator& comm) {
     auto& rk = *world.state().ranks[comm.rank()];
@@ -64,6 +55,7 @@ double median_delivery_ms(fc::emu::World& world, std::size_t bytes, int puts, in
         if (wg.rank() == 0) {
           sent[t] = Clock::now();
           for (int i = 0; i < puts; ++i) wg.put(1, box, i * bytes, src.data() + i * bytes, bytes);
+          copied[t] = Clock::now();
           wg.signal(1, slot, SignalOp::add, 1);
         } else {
           co_await wg.wait_until(slot, Cmp::ge, target);
@@ -73,9 +65,16 @@ double median_delivery_ms(fc::emu::World& world, std::size_t bytes, int puts, in
       });
     }
   });
-  std::vector<double> ms;
+  std::vector<Trial> out;
   for (int t = 0; t < trials; ++t)
-    ms.push_back(std::chrono::duration<double, std::milli>(got[t] - sent[t]).count());
+    out.push_back({std::chrono::duration<double, std::milli>(copied[t] - sent[t]).count(),
+                   std::chrono::duration<double, std::milli>(got[t] - sent[t]).count()});
+  return out;
+}
+
+double median_delivery_ms(fc::emu::World& world, std::size_t bytes, int puts, int trials) {
+  std::vector<double> ms;
+  for (const Trial& t : deliveries(world, bytes, puts, trials)) ms.push_back(t.delivery_ms);
   return median(ms);
 }
 
@@ -87,15 +86,22 @@ fc::emu::WorldOptions linked(double gbps, double latency_us) {
 TEST(EmuLink, A64MiBPutAt10GBpsTakes6_7Milliseconds) {
   if (kSanitized) GTEST_SKIP() << "timing is meaningless under sanitizers";
   const double expect = 64.0 * 1024 * 1024 / 10e9 * 1e3;  // 6.71 ms
-  // The bytes are copied when the put is issued; a machine that cannot copy 64 MiB well within
-  // 6.7 ms cannot show a 10 GB/s link (the 1 GB/s test below always runs).
-  const double copy = memcpy_ms(64 << 20);
-  if (copy > 0.8 * expect)
-    GTEST_SKIP() << "this machine copies 64 MiB in " << copy << " ms (median of 5), too slow to "
-                 << "model a 10 GB/s link";
+  // The host copies the bytes when the put is issued, and this VM's memcpy of 64 MiB takes
+  // 5-25 ms depending on load: a 10 GB/s link can only be shown by trials whose copy finished
+  // well inside the link time. Those must land at the link time, the others at their copy's end
+  // (the 1 GB/s test below has no such condition).
   fc::emu::World world(linked(10, 0));
-  EXPECT_NEAR(median_delivery_ms(world, 64 << 20, 1, 5), expect, 0.1 * expect)
-      << "memcpy of 64 MiB: " << copy << " ms";
+  std::vector<double> fast, copies;
+  for (const Trial& t : deliveries(world, 64 << 20, 1, 15)) {
+    copies.push_back(t.copy_ms);
+    if (t.copy_ms < 0.9 * expect) fast.push_back(t.delivery_ms);
+    else EXPECT_LT(t.delivery_ms, std::max(t.copy_ms, expect) + 0.1 * expect) << "copy " << t.copy_ms;
+  }
+  if (fast.size() < 3)
+    GTEST_SKIP() << "only " << fast.size() << " of 15 trials copied 64 MiB in under "
+                 << 0.9 * expect << " ms (median copy " << median(copies)
+                 << " ms): this machine cannot show a 10 GB/s link now";
+  EXPECT_NEAR(median(fast), expect, 0.1 * expect) << fast.size() << " fast trials";
 }
 
 TEST(EmuLink, A64MiBPutAt1GBpsTakes67Milliseconds) {
