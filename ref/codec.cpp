@@ -34,10 +34,8 @@
 
 #define FC_INLINE [[gnu::always_inline]] inline
 
-// The vector helpers below pass and return wide vectors by value. They are always inlined into an
-// entry point compiled for their instruction set, so no call ever crosses the baseline ABI that
-// this warning is about.
-#pragma GCC diagnostic ignored "-Wpsabi"
+// Wide vectors cross helper boundaries by reference (out-parameters), never by value: returning
+// or passing one by value from code compiled for the baseline would change its ABI (-Wpsabi).
 
 namespace fusedcoll {
 namespace {
@@ -156,14 +154,13 @@ struct Lanes {
 };
 
 template <class V, class T>
-FC_INLINE V splat(T c) {
-  V v = {};
-  return v + static_cast<decltype(v[0] + 0)>(c);
+FC_INLINE void splat(V& v, T c) {
+  v = V{} + static_cast<decltype(v[0] + 0)>(c);
 }
 
 // Comparisons of magnitudes (< 2^31) are done on signed lanes: x86 has no unsigned compare.
 template <class Fmt, class Vt>
-FC_INLINE typename Vt::U encode_vec(typename Vt::U u, bool saturate) {
+FC_INLINE void encode_vec(typename Vt::U& out, const typename Vt::U& u, bool saturate) {
   using U = typename Vt::U;
   using I = typename Vt::I;
   using F = typename Vt::F;
@@ -176,22 +173,24 @@ FC_INLINE typename Vt::U encode_vec(typename Vt::U u, bool saturate) {
       (23 - Fmt::kM);
   const F sum = __builtin_bit_cast(F, a) + std::bit_cast<float>(Fmt::kMagic);
   const U sub = __builtin_bit_cast(U, sum) - Fmt::kMagic;
-  U code = ai < int(Fmt::kMinNormal) ? sub : normal;
-  code = ai > int(Fmt::kOverflowBits) ? splat<U>(overflow_code<Fmt>(saturate)) : code;
-  code = ai == int(0x7F800000) ? splat<U>(inf_code<Fmt>(saturate)) : code;
-  U nan;
+  U ov, inf, nan;
+  splat(ov, overflow_code<Fmt>(saturate));
+  splat(inf, inf_code<Fmt>(saturate));
   if constexpr (std::is_same_v<Fmt, F16>)
     nan = 0x7E00u | ((a >> 13) & 0x1FFu);
   else if constexpr (std::is_same_v<Fmt, E5M2>)
     nan = 0x7Eu | ((a >> 21) & 1u);
   else
-    nan = splat<U>(0x7Fu);
+    splat(nan, 0x7Fu);
+  U code = ai < int(Fmt::kMinNormal) ? sub : normal;
+  code = ai > int(Fmt::kOverflowBits) ? ov : code;
+  code = ai == int(0x7F800000) ? inf : code;
   code = ai > int(0x7F800000) ? nan : code;
-  return sign | code;
+  out = sign | code;
 }
 
 template <class Vt>
-FC_INLINE typename Vt::U bf16_vec(typename Vt::U u, bool saturate) {
+FC_INLINE void bf16_vec(typename Vt::U& out, const typename Vt::U& u, bool saturate) {
   using U = typename Vt::U;
   using I = typename Vt::I;
   const U a = u & 0x7FFFFFFFu;
@@ -200,12 +199,11 @@ FC_INLINE typename Vt::U bf16_vec(typename Vt::U u, bool saturate) {
   const U sign = (u >> 16) & 0x8000u;
   code = ai >= int(0x7F7F8000) ? (sign | (saturate ? 0x7F7Fu : 0x7F80u)) : code;
   code = ai == int(0x7F800000) ? (u >> 16) : code;
-  code = ai > int(0x7F800000) ? ((u >> 16) | 0x40u) : code;
-  return code;
+  out = ai > int(0x7F800000) ? ((u >> 16) | 0x40u) : code;
 }
 
 template <class Vt>
-FC_INLINE typename Vt::U f16_decode_vec(typename Vt::U h) {
+FC_INLINE void f16_decode_vec(typename Vt::U& result, const typename Vt::U& h) {
   using U = typename Vt::U;
   using I = typename Vt::I;
   using F = typename Vt::F;
@@ -214,14 +212,17 @@ FC_INLINE typename Vt::U f16_decode_vec(typename Vt::U h) {
   const U normal = sign | ((e + 112u) << 23) | (m << 13);
   const F subf = __builtin_convertvector(mi, F) * 0x1p-24f;
   const U sub = sign | __builtin_bit_cast(U, subf);
-  const U quiet = mi != 0 ? splat<U>(0x400000u) : splat<U>(0u);
+  U quiet_bit, zero;
+  splat(quiet_bit, 0x400000u);
+  splat(zero, 0u);
+  const U quiet = mi != 0 ? quiet_bit : zero;
   const U special = sign | 0x7F800000u | (m << 13) | quiet;
-  U out = ei == 0 ? sub : normal;
-  return ei == 0x1F ? special : out;
+  const U out = ei == 0 ? sub : normal;
+  result = ei == 0x1F ? special : out;
 }
 
 template <class Vt>
-FC_INLINE typename Vt::U e4m3_decode_vec(typename Vt::U c) {
+FC_INLINE void e4m3_decode_vec(typename Vt::U& result, const typename Vt::U& c) {
   using U = typename Vt::U;
   using I = typename Vt::I;
   using F = typename Vt::F;
@@ -230,8 +231,8 @@ FC_INLINE typename Vt::U e4m3_decode_vec(typename Vt::U c) {
   const U normal = sign | ((e + 120u) << 23) | (m << 20);
   const F subf = __builtin_convertvector(__builtin_bit_cast(I, m), F) * 0x1p-9f;
   const U sub = sign | __builtin_bit_cast(U, subf);
-  U out = ei == 0 ? sub : normal;
-  return m7i == 0x7F ? (sign | 0x7FC00000u) : out;
+  const U out = ei == 0 ? sub : normal;
+  result = m7i == 0x7F ? (sign | 0x7FC00000u) : out;
 }
 
 // --- Instruction sets ----------------------------------------------------------------------------
@@ -278,10 +279,10 @@ FC_INLINE void encode_loop(const float* in, void* out_v, int64_t n, float scale,
     U u = __builtin_bit_cast(U, x);
     {
       U code;
-      if constexpr (K == kF16) code = encode_vec<F16, Isa>(u, saturate);
-      else if constexpr (K == kBf16) code = bf16_vec<Isa>(u, saturate);
-      else if constexpr (K == kE4m3) code = encode_vec<E4M3, Isa>(u, saturate);
-      else code = encode_vec<E5M2, Isa>(u, saturate);
+      if constexpr (K == kF16) encode_vec<F16, Isa>(code, u, saturate);
+      else if constexpr (K == kBf16) bf16_vec<Isa>(code, u, saturate);
+      else if constexpr (K == kE4m3) encode_vec<E4M3, Isa>(code, u, saturate);
+      else encode_vec<E5M2, Isa>(code, u, saturate);
       if constexpr (sizeof(W) == 2) {
         const typename Isa::H h = __builtin_convertvector(code, typename Isa::H);
         __builtin_memcpy(out + i, &h, sizeof(h));
@@ -312,15 +313,18 @@ FC_INLINE void decode_loop(const void* in_v, float* out, int64_t n, float scale)
       typename Isa::H h;
       __builtin_memcpy(&h, in + i, sizeof(h));
       const U c = __builtin_convertvector(h, U);
-      x = __builtin_bit_cast(F, K == kF16 ? f16_decode_vec<Isa>(c) : U(c << 16));
+      U u;
+      if constexpr (K == kF16) f16_decode_vec<Isa>(u, c);
+      else u = c << 16;
+      x = __builtin_bit_cast(F, u);
     } else {
       typename Isa::B b;
       __builtin_memcpy(&b, in + i, sizeof(b));
       const U c = __builtin_convertvector(b, U);
-      if constexpr (K == kE5m2)
-        x = __builtin_bit_cast(F, f16_decode_vec<Isa>(c << 8));
-      else
-        x = __builtin_bit_cast(F, e4m3_decode_vec<Isa>(c));
+      U u;
+      if constexpr (K == kE5m2) f16_decode_vec<Isa>(u, U(c << 8));
+      else e4m3_decode_vec<Isa>(u, c);
+      x = __builtin_bit_cast(F, u);
     }
     if constexpr (kScaled) x = x / scale;
     __builtin_memcpy(out + i, &x, sizeof(x));
