@@ -24,5 +24,6 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DFUSEDCOLL_BUILD_TESTS=ON \
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=thread
-cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_ops_test emu_runtime_test
+cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed_test emu_ops_test \
+  emu_runtime_test
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
