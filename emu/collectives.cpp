@@ -23,6 +23,9 @@
 // values with detail::reduce_into in the pinned order, whatever order they arrived in; `avg` then
 // divides with detail::finish_average. The bits therefore equal ref/'s.
 //
+// With `wire.format != none` the four compressible collectives take separate kernels (section
+// "Compressed wire" below) with the same schedules; puts carry encoded bytes.
+//
 // User buffers are only ever touched by their own rank: data crosses ranks through symmetric
 // scratch only. In-place calls work because a rank overwrites its part `x` of `recv` only after
 // its own contribution to `x` has been read (causally: the result of `x` cannot exist before
