@@ -202,7 +202,8 @@ class Compression {
   static Compression none() { return Compression(CompressionOptions{}); }
   static Compression fp16() { return Compression(CompressionOptions{.format = WireFormat::f16}); }
   static Compression bf16() { return Compression(CompressionOptions{.format = WireFormat::bf16}); }
-  /// Scaled per tensor from the amax, power-of-two scale, saturating (options overridable).
+  /// Scaled per tensor from the amax with a power-of-two scale, saturating. For other choices
+  /// (per block, E4M3 unscaled, ...) construct `Compression(CompressionOptions{...})`.
   static Compression fp8_e4m3(bool error_feedback = false);
   static Compression fp8_e5m2(bool error_feedback = false);
 
@@ -211,8 +212,9 @@ class Compression {
   /// Encodes `x` with scales from `amax` (one per block, or one for the tensor), e.g. agreed by
   /// every rank with a max-AllReduce of `block_amax(x, ...)`, so all ranks use the same scale.
   /// `headroom`: the factor by which values may grow after decoding and before re-encoding (e.g.
-  /// P when the receivers sum P payloads and re-encode). Throws `InvalidArgument` for a
-  /// non-finite amax or a wrong number of them.
+  /// P when the receivers sum P payloads and re-encode). With error feedback the encoded values
+  /// are `x + residual()`; an amax that does not cover them makes those values saturate. Throws
+  /// `InvalidArgument` for a non-finite amax or a wrong number of them.
   Compressed compress(std::span<const float> x, std::span<const float> amax, float headroom = 1);
   /// Decodes `payload` (as produced with `ctx`) into `out` (`ctx.count` elements).
   static void decompress(std::span<const std::byte> payload, const Context& ctx,
