@@ -479,6 +479,11 @@ TEST(CompressionObject, ErrorFeedbackDropsNonFiniteResiduals) {
   EXPECT_EQ(ef.residual()[0], 0.5f);
   EXPECT_EQ(ef.residual()[1], 0.0f);
   EXPECT_EQ(ef.residual()[2], 0.0f);
+  const std::vector<float> two = {1.0f, 2.0f};
+  EXPECT_INVALID(ef.update(sent, two), "sizes differ");
+  std::vector<float> four(4);
+  EXPECT_INVALID(ef.apply(four), "changed size");
+  EXPECT_INVALID(ef.update(four, four), "changed size");
 }
 
 }  // namespace
