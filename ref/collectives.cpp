@@ -7,6 +7,7 @@
 
 #include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/ref.hpp"
+#include "ref/compressed.hpp"
 #include "ref/validate.hpp"
 
 namespace fusedcoll::ref {
@@ -50,6 +51,7 @@ std::vector<int> rank_order(int world) {
 
 void all_reduce(std::span<const AllReduceArgs> ranks) {
   detail::check_world_calls(ranks);
+  if (ranks[0].wire.format != WireFormat::none) return compressed::all_reduce(ranks);
   const int world = static_cast<int>(ranks.size());
   const auto& spec = ranks[0];
   const std::size_t elem = dtype_size(spec.dtype);
@@ -71,6 +73,7 @@ void all_reduce(std::span<const AllReduceArgs> ranks) {
 
 void all_to_allv(std::span<const AllToAllvArgs> ranks) {
   detail::check_world_calls(ranks);
+  if (ranks[0].wire.format != WireFormat::none) return compressed::all_to_allv(ranks);
   const int world = static_cast<int>(ranks.size());
   const std::size_t elem = dtype_size(ranks[0].dtype);
   // sent[r][q]: what rank r sends to rank q.
@@ -88,6 +91,7 @@ void all_to_allv(std::span<const AllToAllvArgs> ranks) {
 
 void reduce_scatter(std::span<const ReduceScatterArgs> ranks) {
   detail::check_world_calls(ranks);
+  if (ranks[0].wire.format != WireFormat::none) return compressed::reduce_scatter(ranks);
   const int world = static_cast<int>(ranks.size());
   const auto& spec = ranks[0];
   const std::size_t elem = dtype_size(spec.dtype);
@@ -109,6 +113,7 @@ void reduce_scatter(std::span<const ReduceScatterArgs> ranks) {
 
 void all_gather(std::span<const AllGatherArgs> ranks) {
   detail::check_world_calls(ranks);
+  if (ranks[0].wire.format != WireFormat::none) return compressed::all_gather(ranks);
   const int world = static_cast<int>(ranks.size());
   const auto& spec = ranks[0];
   const std::size_t elem = dtype_size(spec.dtype);

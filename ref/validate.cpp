@@ -402,6 +402,30 @@ void check_buffer(const void* p, std::int64_t count, const char* name) {
   FC_ENFORCE(p != nullptr || count == 0, name, " is a null pointer with ", count, " elements");
 }
 
+/// Wire compression is defined for f32 data only: the codecs convert from and to f32.
+void check_wire(const CompressionOptions& wire, DType dtype, const char* op) {
+  check(wire);
+  if (wire.format != WireFormat::none)
+    FC_ENFORCE_EQ(dtype, DType::f32, op, " with wire compression ", to_string(wire.format),
+                  " needs f32 data");
+}
+
+void check_same_wire(const CompressionOptions& a, int rank_a, const CompressionOptions& b,
+                     int rank_b, const char* op) {
+  FC_ENFORCE_EQ(a.format, b.format, "rank ", rank_a, " and rank ", rank_b, " disagree on the ",
+                op, " wire format");
+  FC_ENFORCE_EQ(a.overflow, b.overflow, "rank ", rank_a, " and rank ", rank_b,
+                " disagree on the ", op, " wire overflow mode");
+  FC_ENFORCE_EQ(a.scaling, b.scaling, "rank ", rank_a, " and rank ", rank_b, " disagree on the ",
+                op, " wire scaling");
+  FC_ENFORCE_EQ(a.block, b.block, "rank ", rank_a, " and rank ", rank_b, " disagree on the ", op,
+                " wire scale block");
+  FC_ENFORCE_EQ(a.pow2_scale, b.pow2_scale, "rank ", rank_a, " and rank ", rank_b,
+                " disagree on the ", op, " wire pow2_scale");
+  FC_ENFORCE_EQ(a.predivide, b.predivide, "rank ", rank_a, " and rank ", rank_b,
+                " disagree on the ", op, " wire predivide");
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -409,6 +433,7 @@ void check(const AllReduceArgs& args, int rank, int world_size) {
   detail::check_world(rank, world_size);
   FC_ENFORCE_GE(args.count, 0, "AllReduce count is negative");
   detail::check_reducible(args.dtype, args.op);
+  detail::check_wire(args.wire, args.dtype, "AllReduce");
   FC_ENFORCE(args.algo == AllReduceAlgo::direct || args.algo == AllReduceAlgo::ring,
              "unknown AllReduce algorithm ", static_cast<int>(args.algo));
   detail::check_buffer(args.send, args.count, "AllReduce send buffer");
@@ -423,6 +448,7 @@ void check(const AllReduceArgs& args, int rank, int world_size) {
 void check(const AllToAllvArgs& args, int rank, int world_size) {
   detail::check_world(rank, world_size);
   enforce_valid(args.dtype, "All-to-All");
+  detail::check_wire(args.wire, args.dtype, "All-to-All");
   detail::check_sizes(args.send_counts, "send_counts", world_size);
   detail::check_sizes(args.recv_counts, "recv_counts", world_size);
   detail::check_sizes(args.send_displs, "send_displs", world_size);
@@ -462,6 +488,7 @@ std::int64_t offset_of(const std::vector<std::int64_t>& counts, int rank) {
 void check(const ReduceScatterArgs& args, int rank, int world_size) {
   detail::check_world(rank, world_size);
   detail::check_reducible(args.dtype, args.op);
+  detail::check_wire(args.wire, args.dtype, "ReduceScatter");
   detail::check_sizes(args.recv_counts, "recv_counts", world_size);
   const std::size_t elem = dtype_size(args.dtype);
   const std::int64_t total = detail::sum_of(args.recv_counts);
@@ -479,6 +506,7 @@ void check(const ReduceScatterArgs& args, int rank, int world_size) {
 void check(const AllGatherArgs& args, int rank, int world_size) {
   detail::check_world(rank, world_size);
   enforce_valid(args.dtype, "AllGather");
+  detail::check_wire(args.wire, args.dtype, "AllGather");
   detail::check_sizes(args.recv_counts, "recv_counts", world_size);
   const std::size_t elem = dtype_size(args.dtype);
   const std::int64_t total = detail::sum_of(args.recv_counts);
@@ -540,11 +568,13 @@ void check_consistent(const AllReduceArgs& a, int rank_a, const AllReduceArgs& b
                 " disagree on the AllReduce dtype");
   enforce_same(a.op, b.op, rank_a, rank_b, "the AllReduce op");
   enforce_same(a.algo, b.algo, rank_a, rank_b, "the AllReduce algorithm");
+  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "AllReduce");
 }
 
 void check_consistent(const AllToAllvArgs& a, int rank_a, const AllToAllvArgs& b, int rank_b) {
   FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
                 " disagree on the All-to-All dtype");
+  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "All-to-All");
   FC_ENFORCE_EQ(a.send_counts[rank_b], b.recv_counts[rank_a], "rank ", rank_a, " sends ",
                 a.send_counts[rank_b], " elements to rank ", rank_b, ", which expects ",
                 b.recv_counts[rank_a]);
@@ -558,6 +588,7 @@ void check_consistent(const ReduceScatterArgs& a, int rank_a, const ReduceScatte
   FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
                 " disagree on the ReduceScatter dtype");
   enforce_same(a.op, b.op, rank_a, rank_b, "the ReduceScatter op");
+  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "ReduceScatter");
   for (std::size_t q = 0; q < a.recv_counts.size(); ++q)
     FC_ENFORCE_EQ(a.recv_counts[q], b.recv_counts[q], "rank ", rank_a, " and rank ", rank_b,
                   " disagree on recv_counts[", q, "]");
@@ -566,6 +597,7 @@ void check_consistent(const ReduceScatterArgs& a, int rank_a, const ReduceScatte
 void check_consistent(const AllGatherArgs& a, int rank_a, const AllGatherArgs& b, int rank_b) {
   FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
                 " disagree on the AllGather dtype");
+  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "AllGather");
   for (std::size_t q = 0; q < a.recv_counts.size(); ++q)
     FC_ENFORCE_EQ(a.recv_counts[q], b.recv_counts[q], "rank ", rank_a, " and rank ", rank_b,
                   " disagree on recv_counts[", q, "]");

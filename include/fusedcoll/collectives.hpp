@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusedcoll/compression.hpp"
 #include "fusedcoll/dtype.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -51,6 +52,9 @@ constexpr const char* to_string(AllReduceAlgo a) noexcept {
 /// AllReduce of `count` elements. In place when `send == recv`; otherwise the buffers must not
 /// overlap. Reductions run on f32, i32 and i64; another valid dtype is `UnsupportedError` (the
 /// 16- and 8-bit formats are wire formats: compressed collectives reduce in f32).
+///
+/// `wire` compresses what travels between ranks (f32 data only; docs/compression.md pins each
+/// algorithm's encode/decode points). The default, `WireFormat::none`, is the plain collective.
 struct AllReduceArgs {
   const void* send = nullptr;
   void* recv = nullptr;
@@ -58,6 +62,7 @@ struct AllReduceArgs {
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
   AllReduceAlgo algo = AllReduceAlgo::direct;
+  CompressionOptions wire{};  ///< global: identical on every rank
 };
 
 /// All-to-All with per-peer counts (MPI_Alltoallv). Rank `r` sends
@@ -73,6 +78,9 @@ struct AllToAllvArgs {
   std::vector<std::int64_t> recv_counts;  ///< [P]
   std::vector<std::int64_t> recv_displs;  ///< [P]
   DType dtype = DType::f32;
+  /// Wire compression (f32 only): every segment, the self-segment included, arrives as
+  /// `decode(encode(x))`.
+  CompressionOptions wire{};
 };
 
 /// The equal-count All-to-All: `count` elements to and from every rank, packed by peer.
@@ -88,6 +96,9 @@ struct ReduceScatterArgs {
   std::vector<std::int64_t> recv_counts;  ///< [P], uneven allowed
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
+  /// Wire compression (f32 only): contributions are encoded by their senders and reduced in f32;
+  /// the owner's result is not re-encoded.
+  CompressionOptions wire{};
 };
 
 /// AllGather (allgatherv): rank `r` contributes `recv_counts[r]` elements, and every rank receives
@@ -98,6 +109,9 @@ struct AllGatherArgs {
   void* recv = nullptr;
   std::vector<std::int64_t> recv_counts;  ///< [P], uneven allowed
   DType dtype = DType::f32;
+  /// Wire compression (f32 only): every contribution, this rank's included, arrives as
+  /// `decode(encode(x))`.
+  CompressionOptions wire{};
 };
 
 /// Broadcast of `count` elements from `root`'s `send` into every rank's `recv` (the root's too,
@@ -133,7 +147,7 @@ Status can_implement(const AllGatherArgs& args, int rank, int world_size) noexce
 Status can_implement(const BroadcastArgs& args, int rank, int world_size) noexcept;
 
 /// Throw `InvalidArgument` unless the calls of two ranks fit together (equal counts, dtype, op,
-/// algorithm, root; matching send/receive counts for All-to-All(v)).
+/// algorithm, root, wire compression; matching send/receive counts for All-to-All(v)).
 void check_consistent(const AllReduceArgs& a, int rank_a, const AllReduceArgs& b, int rank_b);
 void check_consistent(const AllToAllvArgs& a, int rank_a, const AllToAllvArgs& b, int rank_b);
 void check_consistent(const ReduceScatterArgs& a, int rank_a, const ReduceScatterArgs& b, int rank_b);

@@ -1,0 +1,609 @@
+// The f32 <-> f16 / bf16 / E4M3 / E5M2 codecs (include/fusedcoll/compression.hpp).
+//
+// One algorithm per format, written twice: as scalar code (the reference), and as a template over
+// GCC vector types that the batch entry points instantiate for SSE2, AVX2 and AVX-512 and pick at
+// run time, as ref/kernels.cpp does. Both perform the same integer operations and the same single
+// IEEE float add (the subnormal "magic number" rounding), so every lane yields the scalar bits;
+// the tests compare them on every input class, and on all 2^32 patterns in the long suite. On
+// AVX2 and AVX-512 the f16 conversions use the F16C/AVX-512 instructions instead, whose IEEE
+// round-to-nearest-even and NaN quieting the scalar code reproduces (saturation is a clamp done
+// before the instruction).
+//
+// Rounding relies on the default floating-point environment (round to nearest, no FTZ/DAZ), which
+// is what every fusedcoll entry point runs under.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "fusedcoll/compression.hpp"
+#include "fusedcoll/env.hpp"
+
+#if defined(__FAST_MATH__)
+#error "ref/codec.cpp pins IEEE rounding; build it without -ffast-math"
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define FC_CODEC_X86 1
+#include <immintrin.h>
+#else
+#define FC_CODEC_X86 0
+#endif
+
+#define FC_INLINE [[gnu::always_inline]] inline
+
+// Wide vectors cross helper boundaries by reference (out-parameters), never by value: returning
+// or passing one by value from code compiled for the baseline would change its ABI (-Wpsabi).
+
+namespace fusedcoll {
+namespace {
+
+using std::int64_t;
+using std::uint16_t;
+using std::uint32_t;
+using std::uint8_t;
+
+// --- The formats -------------------------------------------------------------------------------
+//
+// A narrow float with kE exponent bits, kM mantissa bits and bias kBias, seen from binary32 bits
+// `a = |x|`:
+//  - a < kMinNormal (below the smallest normal of the format): the subnormal grid is a fixed-point
+//    grid, so adding kMagic (a power of two whose ulp is the format's smallest subnormal) rounds
+//    |x| onto it with one IEEE add; the code is the difference of the sum's bits and kMagic's.
+//  - otherwise: round the 23-bit mantissa to kM bits by integer addition (ties to even via the
+//    kept mantissa's lowest bit; a carry moves into the exponent, as it should) and rebias.
+//  - a > kOverflowBits: the rounded magnitude exceeds the largest finite value.
+
+struct F16 {
+  static constexpr int kM = 10, kBias = 15, kBits = 16;
+  static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
+  static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+  static constexpr uint32_t kOverflowBits = 0x477FEFFFu;  // 65520 (a tie with odd 65504) rounds up
+  static constexpr uint32_t kMax = 0x7BFF, kInf = 0x7C00;
+  static constexpr bool kHasInf = true;
+  static constexpr uint32_t nan(uint32_t a) { return 0x7E00u | ((a >> 13) & 0x1FFu); }
+};
+
+struct E5M2 {
+  static constexpr int kM = 2, kBias = 15, kBits = 8;
+  static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
+  static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+  static constexpr uint32_t kOverflowBits = 0x476FFFFFu;  // 61440 (a tie with odd 57344) rounds up
+  static constexpr uint32_t kMax = 0x7B, kInf = 0x7C;
+  static constexpr bool kHasInf = true;
+  static constexpr uint32_t nan(uint32_t a) { return 0x7Eu | ((a >> 21) & 1u); }
+};
+
+struct E4M3 {
+  static constexpr int kM = 3, kBias = 7, kBits = 8;
+  static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
+  static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+  static constexpr uint32_t kOverflowBits = 0x43E80000u;  // 464, a tie with even 448, rounds down
+  static constexpr uint32_t kMax = 0x7E, kInf = 0x7F;  // no infinity: the NaN code stands in
+  static constexpr bool kHasInf = false;
+  static constexpr uint32_t nan(uint32_t) { return 0x7Fu; }
+};
+
+template <class Fmt>
+constexpr uint32_t overflow_code(bool saturate) {
+  return saturate ? Fmt::kMax : Fmt::kInf;
+}
+template <class Fmt>
+constexpr uint32_t inf_code(bool saturate) {
+  return Fmt::kHasInf ? Fmt::kInf : (saturate ? Fmt::kMax : Fmt::kInf);
+}
+
+template <class Fmt>
+uint32_t encode_scalar(float x, bool saturate) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t sign = (u >> 31) << (Fmt::kBits - 1);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  uint32_t code;
+  if (a > 0x7F800000u) {
+    code = Fmt::nan(a);
+  } else if (a == 0x7F800000u) {
+    code = inf_code<Fmt>(saturate);
+  } else if (a > Fmt::kOverflowBits) {
+    code = overflow_code<Fmt>(saturate);
+  } else if (a < Fmt::kMinNormal) {
+    const float magic = std::bit_cast<float>(Fmt::kMagic);
+    code = std::bit_cast<uint32_t>(std::bit_cast<float>(a) + magic) - Fmt::kMagic;
+  } else {
+    const uint32_t odd = (a >> (23 - Fmt::kM)) & 1u;
+    code = (a + (uint32_t(Fmt::kBias - 127) << 23) + ((1u << (22 - Fmt::kM)) - 1u) + odd) >>
+           (23 - Fmt::kM);
+  }
+  return sign | code;
+}
+
+uint32_t bf16_scalar(float x, bool saturate) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t a = u & 0x7FFFFFFFu, sign = (u >> 16) & 0x8000u;
+  if (a > 0x7F800000u) return (u >> 16) | 0x40u;
+  if (a == 0x7F800000u) return u >> 16;
+  if (a >= 0x7F7F8000u) return sign | (saturate ? 0x7F7Fu : 0x7F80u);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+float f16_decode_scalar(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
+  if (e == 0) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(m) * 0x1p-24f));
+  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+float e4m3_decode_scalar(uint32_t c) {
+  const uint32_t sign = (c & 0x80u) << 24, m7 = c & 0x7Fu, e = m7 >> 3, m = m7 & 7u;
+  if (m7 == 0x7F) return std::bit_cast<float>(sign | 0x7FC00000u);
+  if (e == 0) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(m) * 0x1p-9f));
+  return std::bit_cast<float>(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// --- Vector forms ----------------------------------------------------------------------------
+
+template <int L>
+struct Lanes {
+  static constexpr int kLanes = L;
+  typedef float F __attribute__((vector_size(4 * L)));
+  typedef uint32_t U __attribute__((vector_size(4 * L)));
+  typedef std::int32_t I __attribute__((vector_size(4 * L)));
+  typedef uint16_t H __attribute__((vector_size(2 * L)));
+  typedef uint8_t B __attribute__((vector_size(L)));
+};
+
+template <class V, class T>
+FC_INLINE void splat(V& v, T c) {
+  v = V{} + static_cast<decltype(v[0] + 0)>(c);
+}
+
+// Comparisons of magnitudes (< 2^31) are done on signed lanes: x86 has no unsigned compare.
+template <class Fmt, class Vt>
+FC_INLINE void encode_vec(typename Vt::U& out, const typename Vt::U& u, bool saturate) {
+  using U = typename Vt::U;
+  using I = typename Vt::I;
+  using F = typename Vt::F;
+  const U sign = (u >> 31) << (Fmt::kBits - 1);
+  const U a = u & 0x7FFFFFFFu;
+  const I ai = __builtin_bit_cast(I, a);
+  const U odd = (a >> (23 - Fmt::kM)) & 1u;
+  const U normal =
+      (a + (uint32_t(Fmt::kBias - 127) << 23) + ((1u << (22 - Fmt::kM)) - 1u) + odd) >>
+      (23 - Fmt::kM);
+  const F sum = __builtin_bit_cast(F, a) + std::bit_cast<float>(Fmt::kMagic);
+  const U sub = __builtin_bit_cast(U, sum) - Fmt::kMagic;
+  U ov, inf, nan;
+  splat(ov, overflow_code<Fmt>(saturate));
+  splat(inf, inf_code<Fmt>(saturate));
+  if constexpr (std::is_same_v<Fmt, F16>)
+    nan = 0x7E00u | ((a >> 13) & 0x1FFu);
+  else if constexpr (std::is_same_v<Fmt, E5M2>)
+    nan = 0x7Eu | ((a >> 21) & 1u);
+  else
+    splat(nan, 0x7Fu);
+  U code = ai < int(Fmt::kMinNormal) ? sub : normal;
+  code = ai > int(Fmt::kOverflowBits) ? ov : code;
+  code = ai == int(0x7F800000) ? inf : code;
+  code = ai > int(0x7F800000) ? nan : code;
+  out = sign | code;
+}
+
+template <class Vt>
+FC_INLINE void bf16_vec(typename Vt::U& out, const typename Vt::U& u, bool saturate) {
+  using U = typename Vt::U;
+  using I = typename Vt::I;
+  const U a = u & 0x7FFFFFFFu;
+  const I ai = __builtin_bit_cast(I, a);
+  U code = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const U sign = (u >> 16) & 0x8000u;
+  code = ai >= int(0x7F7F8000) ? (sign | (saturate ? 0x7F7Fu : 0x7F80u)) : code;
+  code = ai == int(0x7F800000) ? (u >> 16) : code;
+  out = ai > int(0x7F800000) ? ((u >> 16) | 0x40u) : code;
+}
+
+template <class Vt>
+FC_INLINE void f16_decode_vec(typename Vt::U& result, const typename Vt::U& h) {
+  using U = typename Vt::U;
+  using I = typename Vt::I;
+  using F = typename Vt::F;
+  const U sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  const I ei = __builtin_bit_cast(I, e), mi = __builtin_bit_cast(I, m);
+  const U normal = sign | ((e + 112u) << 23) | (m << 13);
+  const F subf = __builtin_convertvector(mi, F) * 0x1p-24f;
+  const U sub = sign | __builtin_bit_cast(U, subf);
+  U quiet_bit, zero;
+  splat(quiet_bit, 0x400000u);
+  splat(zero, 0u);
+  const U quiet = mi != 0 ? quiet_bit : zero;
+  const U special = sign | 0x7F800000u | (m << 13) | quiet;
+  const U out = ei == 0 ? sub : normal;
+  result = ei == 0x1F ? special : out;
+}
+
+template <class Vt>
+FC_INLINE void e4m3_decode_vec(typename Vt::U& result, const typename Vt::U& c) {
+  using U = typename Vt::U;
+  using I = typename Vt::I;
+  using F = typename Vt::F;
+  const U sign = (c & 0x80u) << 24, m7 = c & 0x7Fu, e = m7 >> 3, m = m7 & 7u;
+  const I ei = __builtin_bit_cast(I, e), m7i = __builtin_bit_cast(I, m7);
+  const U normal = sign | ((e + 120u) << 23) | (m << 20);
+  const F subf = __builtin_convertvector(__builtin_bit_cast(I, m), F) * 0x1p-9f;
+  const U sub = sign | __builtin_bit_cast(U, subf);
+  const U out = ei == 0 ? sub : normal;
+  result = m7i == 0x7F ? (sign | 0x7FC00000u) : out;
+}
+
+// --- Instruction sets ----------------------------------------------------------------------------
+
+struct IsaBase : Lanes<4> {};
+#if FC_CODEC_X86
+struct IsaAvx2 : Lanes<8> {};
+struct IsaAvx512 : Lanes<16> {};
+#endif
+
+enum Kind { kF16 = 0, kBf16 = 1, kE4m3 = 2, kE5m2 = 3 };
+
+template <int K>
+using WireT = std::conditional_t<K == kF16 || K == kBf16, uint16_t, uint8_t>;
+
+template <int K>
+FC_INLINE uint32_t encode_one(float x, bool saturate) {
+  if constexpr (K == kF16) return encode_scalar<F16>(x, saturate);
+  else if constexpr (K == kBf16) return bf16_scalar(x, saturate);
+  else if constexpr (K == kE4m3) return encode_scalar<E4M3>(x, saturate);
+  else return encode_scalar<E5M2>(x, saturate);
+}
+
+template <int K>
+FC_INLINE float decode_one(uint32_t c) {
+  if constexpr (K == kF16) return f16_decode_scalar(c);
+  else if constexpr (K == kBf16) return std::bit_cast<float>(c << 16);
+  else if constexpr (K == kE4m3) return e4m3_decode_scalar(c);
+  else return f16_decode_scalar(c << 8);
+}
+
+template <class Isa, int K, bool kScaled>
+FC_INLINE void encode_loop(const float* in, void* out_v, int64_t n, float scale, bool saturate) {
+  using F = typename Isa::F;
+  using U = typename Isa::U;
+  using W = WireT<K>;
+  constexpr int L = Isa::kLanes;
+  auto* out = static_cast<W*>(out_v);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    F x;
+    __builtin_memcpy(&x, in + i, sizeof(x));
+    if constexpr (kScaled) x = x * scale;
+    U u = __builtin_bit_cast(U, x);
+    {
+      U code;
+      if constexpr (K == kF16) encode_vec<F16, Isa>(code, u, saturate);
+      else if constexpr (K == kBf16) bf16_vec<Isa>(code, u, saturate);
+      else if constexpr (K == kE4m3) encode_vec<E4M3, Isa>(code, u, saturate);
+      else encode_vec<E5M2, Isa>(code, u, saturate);
+      if constexpr (sizeof(W) == 2) {
+        const typename Isa::H h = __builtin_convertvector(code, typename Isa::H);
+        __builtin_memcpy(out + i, &h, sizeof(h));
+      } else {
+        const typename Isa::B b = __builtin_convertvector(code, typename Isa::B);
+        __builtin_memcpy(out + i, &b, sizeof(b));
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    float x = in[i];
+    if constexpr (kScaled) x = x * scale;
+    out[i] = static_cast<W>(encode_one<K>(x, saturate));
+  }
+}
+
+template <class Isa, int K, bool kScaled>
+FC_INLINE void decode_loop(const void* in_v, float* out, int64_t n, float scale) {
+  using F = typename Isa::F;
+  using U = typename Isa::U;
+  using W = WireT<K>;
+  constexpr int L = Isa::kLanes;
+  const auto* in = static_cast<const W*>(in_v);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    F x;
+    if constexpr (sizeof(W) == 2) {
+      typename Isa::H h;
+      __builtin_memcpy(&h, in + i, sizeof(h));
+      const U c = __builtin_convertvector(h, U);
+      U u;
+      if constexpr (K == kF16) f16_decode_vec<Isa>(u, c);
+      else u = c << 16;
+      x = __builtin_bit_cast(F, u);
+    } else {
+      typename Isa::B b;
+      __builtin_memcpy(&b, in + i, sizeof(b));
+      const U c = __builtin_convertvector(b, U);
+      U u;
+      if constexpr (K == kE5m2) f16_decode_vec<Isa>(u, U(c << 8));
+      else e4m3_decode_vec<Isa>(u, c);
+      x = __builtin_bit_cast(F, u);
+    }
+    if constexpr (kScaled) x = x / scale;
+    __builtin_memcpy(out + i, &x, sizeof(x));
+  }
+  for (; i < n; ++i) {
+    float x = decode_one<K>(in[i]);
+    if constexpr (kScaled) x = x / scale;
+    out[i] = x;
+  }
+}
+
+struct Job {
+  const void* in;
+  void* out;
+  int64_t n;
+  float scale;
+  bool scaled;
+  bool saturate;
+};
+
+template <class Isa, int K>
+FC_INLINE void encode_job(const Job& j) {
+  const auto* in = static_cast<const float*>(j.in);
+  if (j.scaled) encode_loop<Isa, K, true>(in, j.out, j.n, j.scale, j.saturate);
+  else encode_loop<Isa, K, false>(in, j.out, j.n, j.scale, j.saturate);
+}
+template <class Isa, int K>
+FC_INLINE void decode_job(const Job& j) {
+  auto* out = static_cast<float*>(j.out);
+  if (j.scaled) decode_loop<Isa, K, true>(j.in, out, j.n, j.scale);
+  else decode_loop<Isa, K, false>(j.in, out, j.n, j.scale);
+}
+
+using JobFn = void (*)(const Job&);
+struct CodecTable {
+  JobFn encode[4];
+  JobFn decode[4];
+};
+
+#define FC_CODEC_ENTRIES(Isa, attr)                                                          \
+  attr void enc_f16_##Isa(const Job& j) { encode_job<Isa, kF16>(j); }                        \
+  attr void enc_bf16_##Isa(const Job& j) { encode_job<Isa, kBf16>(j); }                      \
+  attr void enc_e4m3_##Isa(const Job& j) { encode_job<Isa, kE4m3>(j); }                      \
+  attr void enc_e5m2_##Isa(const Job& j) { encode_job<Isa, kE5m2>(j); }                      \
+  attr void dec_f16_##Isa(const Job& j) { decode_job<Isa, kF16>(j); }                        \
+  attr void dec_bf16_##Isa(const Job& j) { decode_job<Isa, kBf16>(j); }                      \
+  attr void dec_e4m3_##Isa(const Job& j) { decode_job<Isa, kE4m3>(j); }                      \
+  attr void dec_e5m2_##Isa(const Job& j) { decode_job<Isa, kE5m2>(j); }                      \
+  constexpr CodecTable kTable_##Isa = {                                                      \
+      {&enc_f16_##Isa, &enc_bf16_##Isa, &enc_e4m3_##Isa, &enc_e5m2_##Isa},                   \
+      {&dec_f16_##Isa, &dec_bf16_##Isa, &dec_e4m3_##Isa, &dec_e5m2_##Isa}};
+
+FC_CODEC_ENTRIES(IsaBase, )
+#if FC_CODEC_X86
+FC_CODEC_ENTRIES(IsaAvx2, __attribute__((target("avx2,f16c"))))
+FC_CODEC_ENTRIES(IsaAvx512, __attribute__((target("avx512f,avx512vl,avx512bw"))))
+#endif
+#undef FC_CODEC_ENTRIES
+
+#if FC_CODEC_X86
+// binary16 with the conversion instructions (F16C; AVX-512F for 16 lanes). They are written out
+// per set rather than as templates: GCC refuses to inline a target-specific intrinsic into a
+// template compiled for the baseline (and the maskz forms dodge a GCC 12 false
+// -Wmaybe-uninitialized on the unmasked AVX-512 ones). The instruction rounds to nearest even and quiets NaNs
+// exactly as encode_scalar<F16> does; finite overflow becomes inf, so saturation clamps first.
+__attribute__((target("avx2,f16c"))) void enc_f16_f16c(const Job& j) {
+  const auto* in = static_cast<const float*>(j.in);
+  auto* out = static_cast<uint16_t*>(j.out);
+  const __m256 scale = _mm256_set1_ps(j.scale);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), sign_mask = _mm256_set1_epi32(INT32_MIN);
+  const __m256i over = _mm256_set1_epi32(int(F16::kOverflowBits)), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i max = _mm256_set1_epi32(0x477FE000);  // 65504
+  int64_t i = 0;
+  for (; i + 8 <= j.n; i += 8) {
+    __m256 x = _mm256_loadu_ps(in + i);
+    if (j.scaled) x = _mm256_mul_ps(x, scale);
+    if (j.saturate) {
+      const __m256i u = _mm256_castps_si256(x), a = _mm256_and_si256(u, abs_mask);
+      const __m256i ov = _mm256_and_si256(_mm256_cmpgt_epi32(a, over), _mm256_cmpgt_epi32(inf, a));
+      const __m256i clamped = _mm256_or_si256(_mm256_and_si256(u, sign_mask), max);
+      x = _mm256_castsi256_ps(_mm256_blendv_epi8(u, clamped, ov));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < j.n; ++i)
+    out[i] = static_cast<uint16_t>(encode_scalar<F16>(j.scaled ? in[i] * j.scale : in[i], j.saturate));
+}
+
+__attribute__((target("avx2,f16c"))) void dec_f16_f16c(const Job& j) {
+  const auto* in = static_cast<const uint16_t*>(j.in);
+  auto* out = static_cast<float*>(j.out);
+  const __m256 scale = _mm256_set1_ps(j.scale);
+  int64_t i = 0;
+  for (; i + 8 <= j.n; i += 8) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    if (j.scaled) x = _mm256_div_ps(x, scale);
+    _mm256_storeu_ps(out + i, x);
+  }
+  for (; i < j.n; ++i) out[i] = j.scaled ? f16_decode_scalar(in[i]) / j.scale : f16_decode_scalar(in[i]);
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw"))) void enc_f16_avx512(const Job& j) {
+  const auto* in = static_cast<const float*>(j.in);
+  auto* out = static_cast<uint16_t*>(j.out);
+  const __m512 scale = _mm512_set1_ps(j.scale);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), sign_mask = _mm512_set1_epi32(INT32_MIN);
+  const __m512i over = _mm512_set1_epi32(int(F16::kOverflowBits)), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i max = _mm512_set1_epi32(0x477FE000);
+  int64_t i = 0;
+  for (; i + 16 <= j.n; i += 16) {
+    __m512 x = _mm512_loadu_ps(in + i);
+    if (j.scaled) x = _mm512_mul_ps(x, scale);
+    if (j.saturate) {
+      const __m512i u = _mm512_castps_si512(x), a = _mm512_and_si512(u, abs_mask);
+      const __mmask16 ov = _mm512_cmpgt_epi32_mask(a, over) & _mm512_cmpgt_epi32_mask(inf, a);
+      const __m512i clamped = _mm512_or_si512(_mm512_and_si512(u, sign_mask), max);
+      x = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ov, u, clamped));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_maskz_cvtps_ph(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < j.n; ++i)
+    out[i] = static_cast<uint16_t>(encode_scalar<F16>(j.scaled ? in[i] * j.scale : in[i], j.saturate));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw"))) void dec_f16_avx512(const Job& j) {
+  const auto* in = static_cast<const uint16_t*>(j.in);
+  auto* out = static_cast<float*>(j.out);
+  const __m512 scale = _mm512_set1_ps(j.scale);
+  int64_t i = 0;
+  for (; i + 16 <= j.n; i += 16) {
+    __m512 x = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    if (j.scaled) x = _mm512_div_ps(x, scale);
+    _mm512_storeu_ps(out + i, x);
+  }
+  for (; i < j.n; ++i) out[i] = j.scaled ? f16_decode_scalar(in[i]) / j.scale : f16_decode_scalar(in[i]);
+}
+
+constexpr CodecTable kTable_F16c = {
+    {&enc_f16_f16c, &enc_bf16_IsaAvx2, &enc_e4m3_IsaAvx2, &enc_e5m2_IsaAvx2},
+    {&dec_f16_f16c, &dec_bf16_IsaAvx2, &dec_e4m3_IsaAvx2, &dec_e5m2_IsaAvx2}};
+constexpr CodecTable kTable_Avx512 = {
+    {&enc_f16_avx512, &enc_bf16_IsaAvx512, &enc_e4m3_IsaAvx512, &enc_e5m2_IsaAvx512},
+    {&dec_f16_avx512, &dec_bf16_IsaAvx512, &dec_e4m3_IsaAvx512, &dec_e5m2_IsaAvx512}};
+#endif
+
+// Same choice and cap as the tile kernels (FUSEDCOLL_KERNEL_ISA), plus F16C for the AVX2 set and
+// AVX-512BW for the byte narrowing of the AVX-512 set.
+const CodecTable& codecs() noexcept {
+  static const CodecTable* const table = []() -> const CodecTable* {
+#if FC_CODEC_X86
+    int level = 0;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) level = 1;
+    if (level == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw"))
+      level = 2;
+    switch (env().kernel_isa) {
+      case Env::KernelIsa::base: level = 0; break;
+      case Env::KernelIsa::avx2: level = std::min(level, 1); break;
+      case Env::KernelIsa::avx512:
+      case Env::KernelIsa::automatic: break;
+    }
+    if (level == 2) return &kTable_Avx512;
+    if (level == 1) return &kTable_F16c;
+#endif
+    return &kTable_IsaBase;
+  }();
+  return *table;
+}
+
+int kind_of(WireFormat f) {
+  switch (f) {
+    case WireFormat::f16: return kF16;
+    case WireFormat::bf16: return kBf16;
+    case WireFormat::fp8_e4m3: return kE4m3;
+    case WireFormat::fp8_e5m2: return kE5m2;
+    case WireFormat::none: break;
+  }
+  return -1;
+}
+
+void enforce_format(WireFormat f) {
+  FC_ENFORCE(static_cast<int>(f) <= static_cast<int>(WireFormat::fp8_e5m2),
+             "unknown wire format value ", static_cast<int>(f));
+}
+
+void run_encode(WireFormat f, const float* in, void* out, int64_t n, float scale, bool scaled,
+                Overflow overflow) {
+  enforce_format(f);
+  FC_ENFORCE_GE(n, 0, "encode: negative element count");
+  FC_ENFORCE(overflow == Overflow::saturate || overflow == Overflow::ieee,
+             "unknown overflow mode ", static_cast<int>(overflow));
+  if (n == 0) return;
+  FC_ENFORCE(in != nullptr && out != nullptr, "encode: null buffer with ", n, " elements");
+  if (f == WireFormat::none) {
+    if (!scaled) {
+      std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
+    } else {
+      auto* o = static_cast<float*>(out);
+      for (int64_t i = 0; i < n; ++i) o[i] = in[i] * scale;
+    }
+    return;
+  }
+  codecs().encode[kind_of(f)]({in, out, n, scale, scaled, overflow == Overflow::saturate});
+}
+
+void run_decode(WireFormat f, const void* in, float* out, int64_t n, float scale, bool scaled) {
+  enforce_format(f);
+  FC_ENFORCE_GE(n, 0, "decode: negative element count");
+  if (n == 0) return;
+  FC_ENFORCE(in != nullptr && out != nullptr, "decode: null buffer with ", n, " elements");
+  if (f == WireFormat::none) {
+    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
+    if (scaled)
+      for (int64_t i = 0; i < n; ++i) out[i] = out[i] / scale;
+    return;
+  }
+  codecs().decode[kind_of(f)]({in, out, n, scale, scaled, false});
+}
+
+}  // namespace
+
+std::size_t wire_size(WireFormat f) {
+  switch (f) {
+    case WireFormat::none: return 4;
+    case WireFormat::f16:
+    case WireFormat::bf16: return 2;
+    case WireFormat::fp8_e4m3:
+    case WireFormat::fp8_e5m2: return 1;
+  }
+  throw InvalidArgument(detail::make_string("unknown wire format value ", static_cast<int>(f)));
+}
+
+float wire_max(WireFormat f) {
+  switch (f) {
+    case WireFormat::none: return std::bit_cast<float>(0x7F7FFFFFu);
+    case WireFormat::f16: return 65504.0f;
+    case WireFormat::bf16: return std::bit_cast<float>(0x7F7F0000u);
+    case WireFormat::fp8_e4m3: return 448.0f;
+    case WireFormat::fp8_e5m2: return 57344.0f;
+  }
+  throw InvalidArgument(detail::make_string("unknown wire format value ", static_cast<int>(f)));
+}
+
+std::uint16_t f32_to_f16(float x, Overflow o) noexcept {
+  return static_cast<uint16_t>(encode_scalar<F16>(x, o != Overflow::ieee));
+}
+float f16_to_f32(std::uint16_t h) noexcept { return f16_decode_scalar(h); }
+std::uint16_t f32_to_bf16(float x, Overflow o) noexcept {
+  return static_cast<uint16_t>(bf16_scalar(x, o != Overflow::ieee));
+}
+float bf16_to_f32(std::uint16_t b) noexcept { return std::bit_cast<float>(uint32_t(b) << 16); }
+std::uint8_t f32_to_e4m3(float x, Overflow o) noexcept {
+  return static_cast<uint8_t>(encode_scalar<E4M3>(x, o != Overflow::ieee));
+}
+float e4m3_to_f32(std::uint8_t c) noexcept { return e4m3_decode_scalar(c); }
+std::uint8_t f32_to_e5m2(float x, Overflow o) noexcept {
+  return static_cast<uint8_t>(encode_scalar<E5M2>(x, o != Overflow::ieee));
+}
+float e5m2_to_f32(std::uint8_t c) noexcept { return f16_decode_scalar(uint32_t(c) << 8); }
+
+void encode(WireFormat f, const float* in, void* out, std::int64_t n, Overflow o) {
+  run_encode(f, in, out, n, 1.0f, false, o);
+}
+void decode(WireFormat f, const void* in, float* out, std::int64_t n) {
+  run_decode(f, in, out, n, 1.0f, false);
+}
+void encode_scaled(WireFormat f, const float* in, void* out, std::int64_t n, float scale,
+                   Overflow o) {
+  FC_ENFORCE(std::isfinite(scale) && scale > 0, "encode_scaled: scale ", scale,
+             " is not a positive finite number");
+  run_encode(f, in, out, n, scale, true, o);
+}
+void decode_scaled(WireFormat f, const void* in, float* out, std::int64_t n, float scale) {
+  FC_ENFORCE(std::isfinite(scale) && scale > 0, "decode_scaled: scale ", scale,
+             " is not a positive finite number");
+  run_decode(f, in, out, n, scale, true);
+}
+
+}  // namespace fusedcoll

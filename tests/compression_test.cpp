@@ -1,0 +1,489 @@
+// The codecs (compression.hpp) against an independent reference (tests/common/codec_ref.hpp) and
+// against Eigen's half and bfloat16; the batch paths against the scalar codecs bit for bit; the
+// NaN / infinity / overflow rules; scaling, error feedback and the Compression object.
+//
+// The default suite checks every code of every format and about 10^7 f32 patterns per format and
+// overflow mode: every exponent with edge mantissas, every halfway point between neighbouring
+// codes and its f32 neighbours, zeros, subnormals, NaN payloads, infinities, and random bits. The
+// long suite (compression_long_test, ctest label `long`) checks all 2^32 patterns.
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/codec_ref.hpp"
+#include "common/errors.hpp"
+#include "fusedcoll/compression.hpp"
+#include "fusedcoll/inputs.hpp"
+
+namespace {
+
+using fctest::CodecFormat;
+using fusedcoll::Overflow;
+using fusedcoll::WireFormat;
+
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
+
+std::string hex(std::uint32_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+/// The f32 patterns of the default suite (about 10^7, reproducible).
+const std::vector<std::uint32_t>& patterns() {
+  static const std::vector<std::uint32_t> p = [] {
+    std::vector<std::uint32_t> v;
+    // Every exponent field and sign with edge and rounding-relevant mantissas: the lowest bits
+    // around each format's rounding position (bits 13, 16, 20, 21 are the first dropped bits).
+    const std::uint32_t mantissas[] = {0,        1,        2,        0x7FFFFF, 0x7FFFFE, 0x400000,
+                                       0x400001, 0x3FFFFF, 0x1000,   0x1FFF,   0x2000,   0x3000,
+                                       0x8000,   0xFFFF,   0x10000,  0x18000,  0x80000,  0xFFFFF,
+                                       0x100000, 0x180000, 0x200000, 0x300000, 0x2FFFFF, 0x500000};
+    for (std::uint32_t s = 0; s < 2; ++s)
+      for (std::uint32_t e = 0; e < 256; ++e)
+        for (std::uint32_t m : mantissas) v.push_back((s << 31) | (e << 23) | m);
+    // Halfway points between neighbouring codes of every format, and their f32 neighbours.
+    for (const CodecFormat* f : fctest::kAllFormats) {
+      const std::uint32_t n = 1u << (f->bits - 1);  // positive codes
+      for (std::uint32_t c = 0; c + 1 < n; ++c) {
+        const fctest::RefValue a = fctest::decode_ref(*f, c), b = fctest::decode_ref(*f, c + 1);
+        if (a.nan || b.nan || std::isinf(b.magnitude)) continue;
+        const float mid = static_cast<float>((a.magnitude + b.magnitude) / 2);  // exact
+        for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+          v.push_back(bits(x));
+          v.push_back(bits(-x));
+        }
+      }
+      // Just past the largest finite value: the halfway point to the next binade step.
+      const double step = std::ldexp(1.0, int(std::floor(std::log2(f->max))) - f->mbits);
+      const float over = static_cast<float>(f->max + step / 2);
+      for (float x : {over, std::nextafter(over, 0.0f), std::nextafter(over, INFINITY)}) {
+        v.push_back(bits(x));
+        v.push_back(bits(-x));
+      }
+    }
+    // Specials: zeros, infinities, NaN payloads (quiet and signalling, both signs).
+    for (std::uint32_t s : {0u, 0x80000000u}) {
+      for (std::uint32_t m : {0u, 1u, 0x1FFFu, 0x2000u, 0x200000u, 0x3FFFFFu, 0x400000u,
+                              0x400001u, 0x7FFFFFu, 0x155555u, 0x2AAAAAu})
+        v.push_back(s | 0x7F800000u | m);  // m = 0: inf
+      v.push_back(s);
+    }
+    // All f32 subnormals with a stride, and random patterns up to 10^7 in all.
+    for (std::uint32_t m = 1; m < 0x800000u; m += 97) v.push_back(m);
+    std::uint64_t i = 0;
+    while (v.size() < 10'000'000) v.push_back(static_cast<std::uint32_t>(fusedcoll::hash_draw(7, 3, 0, i++)));
+    return v;
+  }();
+  return p;
+}
+
+// --- Decoding: every code --------------------------------------------------------------------
+
+class EveryFormat : public ::testing::TestWithParam<const CodecFormat*> {};
+
+TEST_P(EveryFormat, EveryCodeDecodesToItsDefinedValue) {
+  const CodecFormat& f = *GetParam();
+  const std::uint32_t n = 1u << f.bits;
+  int failures = 0;
+  for (std::uint32_t c = 0; c < n; ++c) {
+    const float got = fctest::lib_decode(f, c);
+    if (!fctest::same_value(fctest::decode_ref(f, c), got) && ++failures <= 8)
+      ADD_FAILURE() << f.name << " code " << hex(c) << " decodes to " << got << " ("
+                    << hex(bits(got)) << "), want " << fctest::decode_ref(f, c).magnitude;
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST_P(EveryFormat, BatchDecodeEqualsScalarBitwise) {
+  const CodecFormat& f = *GetParam();
+  const std::uint32_t n = 1u << f.bits;
+  const std::size_t elem = fusedcoll::wire_size(f.wire);
+  // One element of slack in front: the batch path must not assume alignment.
+  std::vector<std::byte> codes((n + 1) * elem);
+  for (std::uint32_t c = 0; c < n; ++c) std::memcpy(&codes[(c + 1) * elem], &c, elem);  // LE
+  std::vector<float> out(n + 1);
+  fusedcoll::decode(f.wire, codes.data() + elem, out.data() + 1, n);
+  for (std::uint32_t c = 0; c < n; ++c)
+    ASSERT_EQ(bits(out[c + 1]), bits(fctest::lib_decode(f, c))) << f.name << " code " << hex(c);
+  // Scaled: decode(c) / s, one IEEE division.
+  const float s = 3.0f;
+  fusedcoll::decode_scaled(f.wire, codes.data() + elem, out.data() + 1, n, s);
+  for (std::uint32_t c = 0; c < n; ++c) {
+    const float want = fctest::lib_decode(f, c) / s;
+    ASSERT_TRUE(bits(out[c + 1]) == bits(want) || (std::isnan(want) && std::isnan(out[c + 1])))
+        << f.name << " scaled code " << hex(c);
+  }
+}
+
+TEST_P(EveryFormat, EncodeMatchesReferenceOnTenMillionPatterns) {
+  const CodecFormat& f = *GetParam();
+  const auto& p = patterns();
+  ASSERT_GE(p.size(), 10'000'000u);
+  for (Overflow o : {Overflow::saturate, Overflow::ieee}) {
+    int failures = 0;
+    for (std::uint32_t u : p) {
+      const float x = from_bits(u);
+      const std::uint32_t code = fctest::lib_encode(f, x, o);
+      const fctest::RefValue want = fctest::encode_ref(f, x, o);
+      if (!fctest::same_value(want, fctest::lib_decode(f, code)) && ++failures <= 8)
+        ADD_FAILURE() << f.name << " " << to_string(o) << ": x = " << x << " (" << hex(u)
+                      << ") encodes to " << hex(code) << ", want " << (want.negative ? "-" : "")
+                      << (want.nan ? "NaN" : std::to_string(want.magnitude));
+    }
+    EXPECT_EQ(failures, 0) << f.name << " " << to_string(o);
+  }
+}
+
+TEST_P(EveryFormat, BatchEncodeEqualsScalarBitwise) {
+  const CodecFormat& f = *GetParam();
+  const auto& p = patterns();
+  const std::size_t elem = fusedcoll::wire_size(f.wire);
+  std::vector<float> in(p.size() + 1);
+  for (std::size_t i = 0; i < p.size(); ++i) in[i + 1] = from_bits(p[i]);
+  std::vector<std::byte> out((p.size() + 1) * elem);
+  for (Overflow o : {Overflow::saturate, Overflow::ieee}) {
+    // Odd start and length: the tail loop and misaligned vectors are exercised too.
+    fusedcoll::encode(f.wire, in.data() + 1, out.data() + elem, std::int64_t(p.size()), o);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      std::uint32_t got = 0;
+      std::memcpy(&got, &out[(i + 1) * elem], elem);
+      ASSERT_EQ(got, fctest::lib_encode(f, in[i + 1], o))
+          << f.name << " " << to_string(o) << " x = " << hex(p[i]) << " at " << i;
+    }
+  }
+  // Scaled: encode(x * s), the product rounded to f32 first; a non-power-of-two scale.
+  const float s = 0.3f;
+  const std::int64_t n = 1'000'003;
+  fusedcoll::encode_scaled(f.wire, in.data() + 1, out.data() + elem, n, s, Overflow::saturate);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t got = 0;
+    std::memcpy(&got, &out[(i + 1) * elem], elem);
+    ASSERT_EQ(got, fctest::lib_encode(f, in[i + 1] * s, Overflow::saturate)) << f.name << " " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EveryFormat,
+                         ::testing::Values(&fctest::kF16, &fctest::kBF16, &fctest::kE4M3,
+                                           &fctest::kE5M2),
+                         [](const auto& p) { return std::string(p.param->name); });
+
+// --- Eigen's 16-bit types as a second opinion ----------------------------------------------------
+
+TEST(Codecs, F16AgreesWithEigenHalf) {
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const float mine = fusedcoll::f16_to_f32(static_cast<std::uint16_t>(c));
+    const float eigen = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(c)));
+    ASSERT_TRUE(bits(mine) == bits(eigen) || (std::isnan(mine) && std::isnan(eigen))) << hex(c);
+  }
+  for (std::uint32_t u : patterns()) {
+    const float x = from_bits(u);
+    const std::uint16_t eigen = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x));
+    const std::uint16_t mine = fusedcoll::f32_to_f16(x, Overflow::ieee);  // Eigen overflows to inf
+    if (std::isnan(x))
+      ASSERT_TRUE(std::isnan(fusedcoll::f16_to_f32(mine))) << hex(u);
+    else
+      ASSERT_EQ(mine, eigen) << "x = " << x << " (" << hex(u) << ")";
+  }
+}
+
+TEST(Codecs, Bf16AgreesWithEigenBfloat16) {
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const float mine = fusedcoll::bf16_to_f32(static_cast<std::uint16_t>(c));
+    const float eigen =
+        static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(std::uint16_t(c)));
+    ASSERT_TRUE(bits(mine) == bits(eigen) || (std::isnan(mine) && std::isnan(eigen))) << hex(c);
+  }
+  for (std::uint32_t u : patterns()) {
+    const float x = from_bits(u);
+    const std::uint16_t eigen = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x));
+    const std::uint16_t mine = fusedcoll::f32_to_bf16(x, Overflow::ieee);
+    if (std::isnan(x))
+      ASSERT_TRUE(std::isnan(fusedcoll::bf16_to_f32(mine))) << hex(u);
+    else
+      ASSERT_EQ(mine, eigen) << "x = " << x << " (" << hex(u) << ")";
+  }
+}
+
+// --- Hand-picked codes, NaN and infinity rules ---------------------------------------------------
+
+TEST(Codecs, HandPickedCodes) {
+  EXPECT_EQ(fusedcoll::f32_to_f16(1.0f), 0x3C00);
+  EXPECT_EQ(fusedcoll::f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(fusedcoll::f32_to_e5m2(1.0f), 0x3C);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(-2.0f), 0xC0);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(448.0f), 0x7E);
+  EXPECT_EQ(fusedcoll::f32_to_e5m2(57344.0f), 0x7B);
+  EXPECT_EQ(fusedcoll::f32_to_f16(65504.0f), 0x7BFF);
+  // E4M3 subnormals: 2^-9 is code 1; 2^-10 is a tie between 0 and 1 (even: 0); 3 * 2^-10 a tie
+  // between codes 1 and 2 (even: 2).
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(0x1p-9f), 0x01);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(0x1p-10f), 0x00);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(-0x1p-10f), 0x80);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(3 * 0x1p-10f), 0x02);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(0x1.2p0f), 0x39);  // 1.125: exact
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(0x1.1p0f), 0x38);  // 1.0625: tie between 1.0 and 1.125: even
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(0x1.3p0f), 0x3A);  // 1.1875: tie between 1.125 and 1.25
+  EXPECT_EQ(fusedcoll::f32_to_f16(0x1p-24f), 0x0001);  // smallest f16 subnormal
+  EXPECT_EQ(fusedcoll::f32_to_f16(0x1p-25f), 0x0000);  // its half: tie to even 0
+  EXPECT_EQ(fusedcoll::f32_to_bf16(from_bits(0x3F808000u)), 0x3F80);  // tie, even
+  EXPECT_EQ(fusedcoll::f32_to_bf16(from_bits(0x3F818000u)), 0x3F82);  // tie, odd: up
+  EXPECT_EQ(fusedcoll::e4m3_to_f32(0x01), 0x1p-9f);
+  EXPECT_EQ(fusedcoll::e5m2_to_f32(0x01), 0x1p-16f);
+  EXPECT_EQ(fusedcoll::e4m3_to_f32(0x7E), 448.0f);
+  EXPECT_EQ(fusedcoll::e5m2_to_f32(0x7B), 57344.0f);
+}
+
+TEST(Codecs, OverflowAndInfinityRules) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Finite overflow: saturate to ±max, or the IEEE rule (inf; E4M3: NaN).
+  EXPECT_EQ(fusedcoll::f32_to_f16(65520.0f, Overflow::saturate), 0x7BFF);
+  EXPECT_EQ(fusedcoll::f32_to_f16(65520.0f, Overflow::ieee), 0x7C00);
+  EXPECT_EQ(fusedcoll::f32_to_f16(65519.996f, Overflow::ieee), 0x7BFF);  // rounds down to max
+  EXPECT_EQ(fusedcoll::f32_to_f16(-1e9f, Overflow::saturate), 0xFBFF);
+  EXPECT_EQ(fusedcoll::f32_to_bf16(std::numeric_limits<float>::max(), Overflow::saturate), 0x7F7F);
+  EXPECT_EQ(fusedcoll::f32_to_bf16(std::numeric_limits<float>::max(), Overflow::ieee), 0x7F80);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(464.0f, Overflow::ieee), 0x7E);  // tie with even 448
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(464.1f, Overflow::ieee), 0x7F);  // NaN: E4M3 has no inf
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(-1000.0f, Overflow::saturate), 0xFE);
+  EXPECT_EQ(fusedcoll::f32_to_e5m2(61440.0f, Overflow::ieee), 0x7C);  // tie with odd max: up
+  EXPECT_EQ(fusedcoll::f32_to_e5m2(61440.0f, Overflow::saturate), 0x7B);
+  EXPECT_EQ(fusedcoll::f32_to_e5m2(61439.99f, Overflow::ieee), 0x7B);
+  // Infinities stay infinities where the format has them, in both modes.
+  for (Overflow o : {Overflow::saturate, Overflow::ieee}) {
+    EXPECT_EQ(fusedcoll::f32_to_f16(inf, o), 0x7C00);
+    EXPECT_EQ(fusedcoll::f32_to_f16(-inf, o), 0xFC00);
+    EXPECT_EQ(fusedcoll::f32_to_bf16(-inf, o), 0xFF80);
+    EXPECT_EQ(fusedcoll::f32_to_e5m2(inf, o), 0x7C);
+  }
+  // E4M3 has none: inf saturates to ±448, or becomes NaN under the IEEE rule.
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(inf, Overflow::saturate), 0x7E);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(-inf, Overflow::saturate), 0xFE);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(inf, Overflow::ieee), 0x7F);
+  EXPECT_EQ(fusedcoll::f32_to_e4m3(-inf, Overflow::ieee), 0xFF);
+  EXPECT_TRUE(std::isinf(fusedcoll::e5m2_to_f32(0xFC)) && fusedcoll::e5m2_to_f32(0xFC) < 0);
+}
+
+TEST(Codecs, NanInNanOut) {
+  for (std::uint32_t payload : {0x400000u, 0x1u, 0x7FFFFFu, 0x200000u, 0x2000u}) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      const float x = from_bits(sign | 0x7F800000u | payload);
+      ASSERT_TRUE(std::isnan(x));
+      for (Overflow o : {Overflow::saturate, Overflow::ieee}) {
+        for (const CodecFormat* f : fctest::kAllFormats) {
+          const float back = fctest::lib_decode(*f, fctest::lib_encode(*f, x, o));
+          EXPECT_TRUE(std::isnan(back)) << f->name << " payload " << hex(payload);
+          EXPECT_EQ(std::signbit(back), sign != 0) << f->name;
+        }
+      }
+      // The documented codes: E4M3 S.1111.111; E5M2 quiet S.11111.1x; f16 keeps 9 payload bits.
+      EXPECT_EQ(fusedcoll::f32_to_e4m3(x), sign ? 0xFF : 0x7F);
+      EXPECT_EQ(fusedcoll::f32_to_e5m2(x) & 0x7E, 0x7E);
+      EXPECT_EQ(fusedcoll::f32_to_f16(x), (sign >> 16) | 0x7E00 | ((payload >> 13) & 0x1FF));
+    }
+  }
+  // Decoded NaNs are quiet.
+  EXPECT_EQ(bits(fusedcoll::e4m3_to_f32(0x7F)), 0x7FC00000u);
+  EXPECT_EQ(bits(fusedcoll::e4m3_to_f32(0xFF)), 0xFFC00000u);
+  EXPECT_EQ(bits(fusedcoll::f16_to_f32(0x7D00)), 0x7FE00000u);
+}
+
+TEST(Codecs, BatchRejectsBadArguments) {
+  float x[4] = {1, 2, 3, 4};
+  std::uint16_t h[4];
+  EXPECT_INVALID(fusedcoll::encode(WireFormat::f16, x, h, -1), "negative");
+  EXPECT_INVALID(fusedcoll::encode(WireFormat::f16, nullptr, h, 4), "null");
+  EXPECT_INVALID(fusedcoll::decode(WireFormat::f16, h, nullptr, 4), "null");
+  EXPECT_INVALID(fusedcoll::encode(static_cast<WireFormat>(9), x, h, 4), "wire format", 9);
+  EXPECT_INVALID(fusedcoll::encode(WireFormat::f16, x, h, 4, static_cast<Overflow>(5)),
+                 "overflow", 5);
+  EXPECT_INVALID(fusedcoll::encode_scaled(WireFormat::f16, x, h, 4, 0.0f), "scale");
+  EXPECT_INVALID(fusedcoll::encode_scaled(WireFormat::f16, x, h, 4, NAN), "scale");
+  EXPECT_INVALID(fusedcoll::decode_scaled(WireFormat::f16, h, x, 4, -1.0f), "scale");
+  EXPECT_INVALID((void)fusedcoll::wire_size(static_cast<WireFormat>(7)), "wire format", 7);
+  fusedcoll::encode(WireFormat::f16, nullptr, nullptr, 0);  // empty: nothing to touch
+}
+
+// --- Scaling -----------------------------------------------------------------------------------
+
+TEST(Scaling, ScaleForIsDefined) {
+  // 448 / (2 * 4) = 56; pow2 rounds down to 32.
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e4m3, 2.0f, 4.0f, false), 56.0f);
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e4m3, 2.0f, 4.0f, true), 32.0f);
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e4m3, 448.0f, 1.0f, true), 1.0f);
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e5m2, 0.0f, 8.0f, false), 1.0f);
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e4m3, 3.0f, 1.0f, false),
+            static_cast<float>(448.0 / 3.0));
+  // Tiny and huge amax: clamped so that the scale and its inverse stay normal floats.
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::fp8_e4m3, 1e-45f, 1.0f, true), 0x1p127f);
+  EXPECT_EQ(fusedcoll::scale_for(WireFormat::bf16, 3e38f, 8.0f, true), 0.125f);
+  // Scaled values stay in range: amax * scale * headroom <= max.
+  for (float amax : {1e-3f, 0.37f, 1.0f, 5.5f, 1e4f})
+    for (float head : {1.0f, 3.0f, 8.0f})
+      for (bool p2 : {false, true}) {
+        const float s = fusedcoll::scale_for(WireFormat::fp8_e4m3, amax, head, p2);
+        EXPECT_LE(double(amax) * s * head, 448.0 * (1 + 1e-6)) << amax << " " << head;
+        int e = 0;
+        if (p2) {
+          EXPECT_EQ(std::frexp(s, &e), 0.5f) << s;
+        }
+      }
+}
+
+TEST(Scaling, NonFiniteAmaxIsInvalid) {
+  EXPECT_INVALID((void)fusedcoll::scale_for(WireFormat::fp8_e4m3, NAN, 1, false), "amax");
+  EXPECT_INVALID((void)fusedcoll::scale_for(WireFormat::fp8_e4m3, INFINITY, 1, false), "amax");
+  EXPECT_INVALID((void)fusedcoll::scale_for(WireFormat::fp8_e4m3, -1.0f, 1, false), "amax");
+  EXPECT_INVALID((void)fusedcoll::scale_for(WireFormat::fp8_e4m3, 1.0f, 0.5f, false), "headroom");
+}
+
+TEST(Scaling, BlockAmax) {
+  const std::vector<float> x = {1, -7, 2, 0, -0.5f, 3, 9, -10, 4};
+  EXPECT_EQ(fusedcoll::block_amax(x, 4), (std::vector<float>{7, 10, 4}));
+  EXPECT_EQ(fusedcoll::block_amax(x, 0), (std::vector<float>{10}));
+  EXPECT_TRUE(fusedcoll::block_amax({}, 4).empty());
+  std::vector<float> y = x;
+  y[5] = NAN;
+  const auto t = fusedcoll::block_amax(y, 4);
+  EXPECT_EQ(t[0], 7);
+  EXPECT_TRUE(std::isnan(t[1]));
+}
+
+// --- The Compression object ----------------------------------------------------------------------
+
+TEST(CompressionObject, SixteenBitRoundTripsAreExactOnRepresentableValues) {
+  std::vector<float> x;
+  for (int i = -2048; i <= 2048; ++i) x.push_back(float(i));  // exact in f16 and... f16 only
+  for (auto c : {fusedcoll::Compression::fp16(), fusedcoll::Compression::none()}) {
+    const auto z = c.compress(x);
+    EXPECT_EQ(z.payload.size(), x.size() * fusedcoll::wire_size(c.options().format));
+    EXPECT_EQ(fusedcoll::Compression::decompress(z), x);
+  }
+  std::vector<float> y;
+  for (int i = -256; i <= 256; ++i) y.push_back(float(i));  // exact in bf16 (8 bits)
+  EXPECT_EQ(fusedcoll::Compression::decompress(fusedcoll::Compression::bf16().compress(y)), y);
+}
+
+TEST(CompressionObject, Fp8ScaledPerTensorAndPerBlock) {
+  std::vector<float> x(1000);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::ldexp(1.0f + float(i % 7) / 8, -int(i / 100)) * (i % 2 ? -1.0f : 1.0f);
+  for (auto fmt : {WireFormat::fp8_e4m3, WireFormat::fp8_e5m2}) {
+    for (auto scaling : {fusedcoll::Scaling::per_tensor, fusedcoll::Scaling::per_block}) {
+      fusedcoll::Compression c({.format = fmt, .scaling = scaling, .block = 100});
+      const auto z = c.compress(x);
+      ASSERT_EQ(z.ctx.scales.size(), scaling == fusedcoll::Scaling::per_block ? 10u : 1u);
+      const auto back = fusedcoll::Compression::decompress(z);
+      // Per block, every block's amax maps onto the format's max: the relative error is that
+      // of the format's mantissa (2^-4 for E4M3, 2^-3 for E5M2) for every normal-range value.
+      const double tol = fmt == WireFormat::fp8_e4m3 ? 0x1p-4 : 0x1p-3;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (scaling == fusedcoll::Scaling::per_block || i < 400) {
+          EXPECT_LE(std::fabs(back[i] - x[i]), tol * std::fabs(x[i]) + 1e-30)
+              << to_string(fmt) << " " << to_string(scaling) << " i=" << i;
+        }
+      }
+    }
+  }
+  // Unscaled E4M3 flushes small values to zero: the reason scaling exists.
+  fusedcoll::Compression raw({.format = WireFormat::fp8_e4m3, .scaling = fusedcoll::Scaling::none});
+  EXPECT_EQ(fusedcoll::Compression::decompress(raw.compress(std::vector<float>{1e-4f}))[0], 0.0f);
+  EXPECT_NE(fusedcoll::Compression::decompress(
+                fusedcoll::Compression::fp8_e4m3().compress(std::vector<float>{1e-4f}))[0],
+            0.0f);
+}
+
+TEST(CompressionObject, AgreedAmaxAndHeadroom) {
+  const std::vector<float> x = {0.5f, -0.25f, 0.125f};
+  auto c = fusedcoll::Compression::fp8_e4m3();
+  // An amax agreed with other ranks (larger than the local one) and headroom 4: scale
+  // 2^floor(log2(448 / 8)) = 32.
+  const std::vector<float> amax = {2.0f};
+  const auto z = c.compress(x, amax, 4.0f);
+  EXPECT_EQ(z.ctx.scales, (std::vector<float>{32.0f}));
+  EXPECT_EQ(fusedcoll::Compression::decompress(z), x);  // exact: small powers of two
+  const std::vector<float> nan_amax = {NAN};
+  EXPECT_INVALID((void)c.compress(x, nan_amax), "amax");
+  const std::vector<float> two = {1.0f, 1.0f};
+  EXPECT_INVALID((void)c.compress(x, two), "amax");
+  std::vector<float> with_nan = x;
+  with_nan[1] = NAN;
+  EXPECT_INVALID((void)c.compress(with_nan), "amax");  // scaling cannot represent a NaN
+  // Unscaled, a NaN passes through as NaN.
+  const auto back = fusedcoll::Compression::decompress(fusedcoll::Compression::fp16().compress(with_nan));
+  EXPECT_TRUE(std::isnan(back[1]));
+}
+
+TEST(CompressionObject, DecompressChecksTheContext) {
+  auto c = fusedcoll::Compression::fp16();
+  const std::vector<float> x = {1, 2, 3};
+  auto z = c.compress(x);
+  std::vector<float> out(3);
+  EXPECT_INVALID(fusedcoll::Compression::decompress(std::span(z.payload).first(4), z.ctx, out),
+                 "payload");
+  std::vector<float> short_out(2);
+  EXPECT_INVALID(fusedcoll::Compression::decompress(z.payload, z.ctx, short_out), "output");
+  auto bad = fusedcoll::Compression::fp8_e4m3().compress(x);
+  bad.ctx.scales = {0.0f};
+  out.assign(3, 0);
+  EXPECT_INVALID(fusedcoll::Compression::decompress(bad.payload, bad.ctx, out), "scale");
+  EXPECT_INVALID(fusedcoll::Compression({.format = WireFormat::fp8_e4m3,
+                                         .scaling = fusedcoll::Scaling::per_block, .block = 0}),
+                 "block");
+}
+
+TEST(CompressionObject, ErrorFeedbackCarriesTheResidual) {
+  // A value below E4M3's resolution at this scale: without feedback it is lost every step; with
+  // feedback the decoded values sum to the inputs' sum minus the last residual, exactly as
+  // defined (residual = sent - received, sent = input + previous residual).
+  fusedcoll::Compression c({.format = WireFormat::fp8_e4m3, .scaling = fusedcoll::Scaling::none},
+                           /*error_feedback=*/true);
+  const std::vector<float> x = {1.0f + 1.0f / 32, 0.001f};
+  std::vector<float> prev_residual = {0, 0};
+  double sum_in = 0, sum_out = 0;
+  for (int step = 0; step < 64; ++step) {
+    const auto z = c.compress(x);
+    const auto got = fusedcoll::Compression::decompress(z);
+    const auto res = c.residual();
+    ASSERT_EQ(res.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      const float sent = x[i] + prev_residual[i];
+      EXPECT_EQ(res[i], sent - got[i]) << "step " << step << " i " << i;
+      prev_residual[i] = res[i];
+    }
+    sum_in += x[0];
+    sum_out += got[0];
+  }
+  EXPECT_NEAR(sum_out, sum_in, 0.07);  // without feedback: 64 * 1/32 = 2 lost
+  EXPECT_INVALID((void)c.compress(std::vector<float>{1, 2, 3}), "size");
+  c.reset_residual();
+  EXPECT_TRUE(c.residual().empty());
+  EXPECT_EQ(c.compress(std::vector<float>{1, 2, 3}).ctx.count, 3);
+}
+
+TEST(CompressionObject, ErrorFeedbackDropsNonFiniteResiduals) {
+  fusedcoll::ErrorFeedback ef;
+  std::vector<float> sent = {1.0f, NAN, INFINITY};
+  const std::vector<float> got = {0.5f, NAN, 65504.0f};
+  ef.update(sent, got);
+  EXPECT_EQ(ef.residual()[0], 0.5f);
+  EXPECT_EQ(ef.residual()[1], 0.0f);
+  EXPECT_EQ(ef.residual()[2], 0.0f);
+  const std::vector<float> two = {1.0f, 2.0f};
+  EXPECT_INVALID(ef.update(sent, two), "sizes differ");
+  std::vector<float> four(4);
+  EXPECT_INVALID(ef.apply(four), "changed size");
+  EXPECT_INVALID(ef.update(four, four), "changed size");
+}
+
+}  // namespace
