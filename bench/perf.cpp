@@ -30,6 +30,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "fusedcoll/emu.hpp"
@@ -56,7 +58,13 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --algo direct|ring         AllReduce algorithm (default direct)
        --root R                   Broadcast root (default 0)
        --backend emu              where to run (emu; mpi: see docs/mpi.md)
-       --compress none            wire compression (see docs/compression.md)
+       --compress F               wire format: none fp16 bf16 fp8-e4m3 fp8-e5m2 (default none;
+                                  AllReduce, ReduceScatter, AllGather, All-to-All; compression.md)
+       --scaling S                auto none tensor block (default auto: fp8 per tensor)
+       --block N                  elements per scale with --scaling block (default 256)
+       --pow2                     power-of-two scales
+       --predivide                -o avg divides before summing
+       --overflow saturate|ieee   out-of-range values (default saturate)
        --link-gbps X --link-us Y  emulator link model (default off)
        --csv | --json             machine-readable output
 )";
@@ -73,6 +81,7 @@ struct Options {
   int root = 0;
   std::string backend = "emu";
   std::string compress = "none";
+  fc::CompressionOptions wire;
   double link_gbps = 0, link_us = 0;
   enum class Format { table, csv, json } format = Format::table;
 };
@@ -154,7 +163,30 @@ Options parse(int argc, char** argv) {
       else usage_error("--algo '" + v + "' is not direct or ring");
     } else if (a == "--root") o.root = parse_int(value(), "--root", 0, 63);
     else if (a == "--backend") o.backend = value();
-    else if (a == "--compress") o.compress = value();
+    else if (a == "--compress") {
+      o.compress = value();
+      if (o.compress == "none") o.wire.format = fc::WireFormat::none;
+      else if (o.compress == "fp16") o.wire.format = fc::WireFormat::f16;
+      else if (o.compress == "bf16") o.wire.format = fc::WireFormat::bf16;
+      else if (o.compress == "fp8-e4m3") o.wire.format = fc::WireFormat::fp8_e4m3;
+      else if (o.compress == "fp8-e5m2") o.wire.format = fc::WireFormat::fp8_e5m2;
+      else usage_error("--compress '" + o.compress + "' is not none, fp16, bf16, fp8-e4m3, fp8-e5m2");
+    } else if (a == "--scaling") {
+      const std::string v = value();
+      if (v == "auto") o.wire.scaling = fc::Scaling::automatic;
+      else if (v == "none") o.wire.scaling = fc::Scaling::none;
+      else if (v == "tensor") o.wire.scaling = fc::Scaling::per_tensor;
+      else if (v == "block") o.wire.scaling = fc::Scaling::per_block;
+      else usage_error("--scaling '" + v + "' is not auto, none, tensor or block");
+    } else if (a == "--block") o.wire.block = parse_int(value(), "--block", 1, 1 << 30);
+    else if (a == "--pow2") o.wire.pow2_scale = true;
+    else if (a == "--predivide") o.wire.predivide = true;
+    else if (a == "--overflow") {
+      const std::string v = value();
+      if (v == "saturate") o.wire.overflow = fc::Overflow::saturate;
+      else if (v == "ieee") o.wire.overflow = fc::Overflow::ieee;
+      else usage_error("--overflow '" + v + "' is not saturate or ieee");
+    }
     else if (a == "--link-gbps") o.link_gbps = parse_double(value(), "--link-gbps");
     else if (a == "--link-us") o.link_us = parse_double(value(), "--link-us");
     else if (a == "--csv") o.format = Options::Format::csv;
@@ -166,8 +198,10 @@ Options parse(int argc, char** argv) {
   if (o.max_bytes < o.min_bytes) usage_error("-e is smaller than -b");
   if (o.backend != "emu")
     usage_error("--backend '" + o.backend + "': this build runs the emu backend only");
-  if (o.compress != "none")
-    usage_error("--compress '" + o.compress + "': this build has no wire compression yet");
+  if (o.wire.format != fc::WireFormat::none && (o.op == "broadcast" || is_fused(o.op)))
+    usage_error("--compress: " + o.op + " has no compressed wire (AllReduce, ReduceScatter, "
+                "AllGather and All-to-All have)");
+  fc::check(o.wire);
   if (o.root >= o.ranks) usage_error("--root is not a rank");
   return o;
 }
@@ -222,6 +256,8 @@ struct Row {
   double busbw_factor = 1;
   double wire = 0;  // bytes per rank per call (fused: scale_up)
   std::int64_t wrong = 0;
+  // Lossy runs: error of the output against the uncompressed collective's.
+  double max_abs = 0, max_rel = 0, rms = 0;
 };
 
 class Printer {
@@ -241,7 +277,7 @@ class Printer {
       std::puts(fused ? "size,shape,unfused_us,scale_up_us,scale_out_us,up_ratio,out_ratio,"
                         "wire_bytes,wrong"
                       : "size,count,type,redop,root,time_us,algbw_gbs,busbw_gbs,wire_bytes,"
-                        "wrong");
+                        "wrong,max_abs_err,max_rel_err,rms_err");
       return;
     }
     std::printf("# fusedcoll-perf %s: %d ranks x %d compute units, backend %s, compress %s, "
@@ -257,8 +293,9 @@ class Printer {
                   "unfused(us)", "scale_up", "scale_out", "up/unf", "out/unf", "wire(B)",
                   "#wrong");
     else
-      std::printf("%12s %12s %6s %6s %5s %11s %9s %9s %12s %7s\n", "size(B)", "count", "type",
-                  "redop", "root", "time(us)", "algbw", "busbw", "wire(B)", "#wrong");
+      std::printf("%12s %12s %6s %6s %5s %11s %9s %9s %12s %7s%s\n", "size(B)", "count", "type",
+                  "redop", "root", "time(us)", "algbw", "busbw", "wire(B)", "#wrong",
+                  lossy() ? "    max|err|    max rel        rms" : "");
   }
 
   void row(const Row& r) {
@@ -278,10 +315,11 @@ class Printer {
       else
         std::printf("%s\n{\"size\":%lld,\"count\":%lld,\"type\":\"float\",\"redop\":\"%s\","
                     "\"root\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-                    "\"wire_bytes\":%.0f,\"wrong\":%lld}",
+                    "\"wire_bytes\":%.0f,\"wrong\":%lld,\"max_abs_err\":%.6g,"
+                    "\"max_rel_err\":%.6g,\"rms_err\":%.6g}",
                     first_ ? "" : ",", static_cast<long long>(r.bytes),
                     static_cast<long long>(r.count), redop, root, r.seconds * 1e6, algbw, busbw,
-                    r.wire, static_cast<long long>(r.wrong));
+                    r.wire, static_cast<long long>(r.wrong), r.max_abs, r.max_rel, r.rms);
       first_ = false;
     } else if (o_.format == Options::Format::csv) {
       if (fused)
@@ -290,22 +328,27 @@ class Printer {
                     r.up_seconds * 1e6, r.out_seconds * 1e6, r.up_seconds / r.seconds,
                     r.out_seconds / r.seconds, r.wire, static_cast<long long>(r.wrong));
       else
-        std::printf("%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%.0f,%lld\n",
+        std::printf("%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%.0f,%lld,%.6g,%.6g,%.6g\n",
                     static_cast<long long>(r.bytes), static_cast<long long>(r.count), redop, root,
-                    r.seconds * 1e6, algbw, busbw, r.wire, static_cast<long long>(r.wrong));
+                    r.seconds * 1e6, algbw, busbw, r.wire, static_cast<long long>(r.wrong),
+                    r.max_abs, r.max_rel, r.rms);
     } else if (fused) {
       std::printf("%12lld  %-34s %11.1f %11.1f %11.1f %8.3f %8.3f %12.0f %7lld\n",
                   static_cast<long long>(r.bytes), r.shape.c_str(), r.seconds * 1e6,
                   r.up_seconds * 1e6, r.out_seconds * 1e6, r.up_seconds / r.seconds,
                   r.out_seconds / r.seconds, r.wire, static_cast<long long>(r.wrong));
     } else {
-      std::printf("%12lld %12lld %6s %6s %5d %11.1f %9.3f %9.3f %12.0f %7lld\n",
+      std::printf("%12lld %12lld %6s %6s %5d %11.1f %9.3f %9.3f %12.0f %7lld",
                   static_cast<long long>(r.bytes), static_cast<long long>(r.count), "float",
                   redop, root, r.seconds * 1e6, algbw, busbw, r.wire,
                   static_cast<long long>(r.wrong));
+      if (lossy()) std::printf(" %11.3e %10.3e %10.3e", r.max_abs, r.max_rel, r.rms);
+      std::printf("\n");
     }
     std::fflush(stdout);
   }
+
+  bool lossy() const { return o_.wire.format != fc::WireFormat::none; }
 
   void footer() {
     if (o_.format == Options::Format::json) std::puts("\n]}");
@@ -319,17 +362,33 @@ class Printer {
 // ---------------------------------------------------------------------------------------------
 // Collectives
 
+void run_on(fc::Communicator& comm, const fc::AllReduceArgs& a) { fc::all_reduce(comm, a); }
+void run_on(fc::Communicator& comm, const fc::ReduceScatterArgs& a) { fc::reduce_scatter(comm, a); }
+void run_on(fc::Communicator& comm, const fc::AllGatherArgs& a) { fc::all_gather(comm, a); }
+void run_on(fc::Communicator& comm, const fc::AllToAllvArgs& a) { fc::all_to_allv(comm, a); }
+void run_on(fc::Communicator& comm, const fc::BroadcastArgs& a) { fc::broadcast(comm, a); }
+
+/// ref/'s collective of the kind of `first`, over every rank's arguments in `all`.
+template <class Args, class Variant>
+void ref_on(const Args&, const std::vector<Variant>& all) {
+  std::vector<Args> typed;
+  for (const auto& v : all) typed.push_back(std::get<Args>(v));
+  if constexpr (std::is_same_v<Args, fc::AllReduceArgs>) fc::ref::all_reduce(typed);
+  else if constexpr (std::is_same_v<Args, fc::ReduceScatterArgs>) fc::ref::reduce_scatter(typed);
+  else if constexpr (std::is_same_v<Args, fc::AllGatherArgs>) fc::ref::all_gather(typed);
+  else if constexpr (std::is_same_v<Args, fc::AllToAllvArgs>) fc::ref::all_to_allv(typed);
+  else fc::ref::broadcast(typed);
+}
+
 /// Every rank's buffers and arguments for one collective at one size.
 struct CollectiveCase {
   std::vector<std::vector<float>> send, recv;
   std::function<void(fc::Communicator&)> call;  // the op on comm.rank()'s buffers
-  std::function<void()> ref;                    // ref/ on copies: fills `expect`
-  std::vector<std::vector<float>> expect;
+  /// ref/ on the same inputs with wire options `wire`, into `out` (one buffer per rank).
+  std::function<void(const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out)> ref;
   std::int64_t bytes = 0, count = 0;
   double busbw_factor = 1;
 };
-
-std::vector<std::int64_t> even_counts(std::int64_t total, int P) { return fc::split_evenly(total, P); }
 
 /// On the heap: its closures refer to its buffers.
 std::unique_ptr<CollectiveCase> make_collective(const Options& o, std::int64_t bytes) {
@@ -339,121 +398,71 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, std::int64_t b
   const double nm1 = static_cast<double>(P - 1) / P;
   // Element counts: the whole buffer is `bytes`; a per-rank piece is bytes / P.
   const std::int64_t elems = std::max<std::int64_t>(bytes / 4, 1);
-  auto fill = [&](std::int64_t send_elems, std::int64_t recv_elems) {
-    c.send.resize(P);
-    c.recv.resize(P);
-    for (int r = 0; r < P; ++r) {
-      c.send[r].resize(send_elems);
-      c.recv[r].resize(recv_elems);
-      fc::fill_values(c.send[r].data(), send_elems, fc::DType::f32, 2024, 1, r,
-                      fc::ValueMode::random);
-    }
-  };
-  // `ref` runs the oracle on copies of the inputs into `expect`, the same args with other
-  // pointers.
+  const auto pieces = fc::split_evenly(elems, P);
+  const std::int64_t per_peer = std::max<std::int64_t>(elems / P, 1);
+  std::int64_t send_elems = elems, recv_elems = elems;
+  c.count = elems;
+  c.busbw_factor = nm1;
+  // One rank's arguments, writing into `recv`, with wire options `wire` (Broadcast has none).
+  using AnyArgs = std::variant<fc::AllReduceArgs, fc::ReduceScatterArgs, fc::AllGatherArgs,
+                               fc::AllToAllvArgs, fc::BroadcastArgs>;
+  std::function<AnyArgs(int, float*, const fc::CompressionOptions&)> args;
   if (o.op == "allreduce") {
-    fill(elems, elems);
-    c.count = elems;
-    c.bytes = elems * 4;
     c.busbw_factor = 2 * nm1;
-    auto args = [&o, &c](int r, const float* send, float* recv) {
+    args = [&o, &c](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
       fc::AllReduceArgs a;
-      a.send = send;
+      a.send = c.send[r].data();
       a.recv = recv;
       a.count = c.count;
       a.op = o.redop;
       a.algo = o.algo;
-      (void)r;
+      a.wire = wire;
       return a;
     };
-    c.call = [&c, args](fc::Communicator& comm) {
-      const int r = comm.rank();
-      fc::all_reduce(comm, args(r, c.send[r].data(), c.recv[r].data()));
+  } else if (o.op == "reducescatter") {
+    args = [&o, &c, pieces](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
+      return fc::ReduceScatterArgs{c.send[r].data(), recv, pieces, fc::DType::f32, o.redop, wire};
     };
-    c.ref = [&c, args, P] {
-      c.expect.assign(P, std::vector<float>(c.count));
-      std::vector<fc::AllReduceArgs> all;
-      for (int r = 0; r < P; ++r) all.push_back(args(r, c.send[r].data(), c.expect[r].data()));
-      fc::ref::all_reduce(all);
-    };
-  } else if (o.op == "reducescatter" || o.op == "allgather") {
-    const auto counts = even_counts(elems, P);
-    const bool rs = o.op == "reducescatter";
-    c.count = elems;
-    c.bytes = elems * 4;
-    c.busbw_factor = nm1;
-    c.send.resize(P);
-    c.recv.resize(P);
-    for (int r = 0; r < P; ++r) {
-      const std::int64_t s = rs ? elems : counts[r], d = rs ? counts[r] : elems;
-      c.send[r].resize(s);
-      c.recv[r].resize(d);
-      fc::fill_values(c.send[r].data(), s, fc::DType::f32, 2024, 1, r, fc::ValueMode::random);
-    }
-    auto call_on = [&o, &c, counts, rs](fc::Communicator* comm, int r, float* recv,
-                                        std::vector<fc::ReduceScatterArgs>* rs_all,
-                                        std::vector<fc::AllGatherArgs>* ag_all) {
-      if (rs) {
-        fc::ReduceScatterArgs a{c.send[r].data(), recv, counts, fc::DType::f32, o.redop};
-        if (comm) fc::reduce_scatter(*comm, a);
-        else rs_all->push_back(a);
-      } else {
-        fc::AllGatherArgs a{c.send[r].data(), recv, counts, fc::DType::f32};
-        if (comm) fc::all_gather(*comm, a);
-        else ag_all->push_back(a);
-      }
-    };
-    c.call = [&c, call_on](fc::Communicator& comm) {
-      call_on(&comm, comm.rank(), c.recv[comm.rank()].data(), nullptr, nullptr);
-    };
-    c.ref = [&c, call_on, P, rs] {
-      c.expect.resize(P);
-      std::vector<fc::ReduceScatterArgs> rs_all;
-      std::vector<fc::AllGatherArgs> ag_all;
-      for (int r = 0; r < P; ++r) {
-        c.expect[r].assign(c.recv[r].size(), 0.0f);
-        call_on(nullptr, r, c.expect[r].data(), &rs_all, &ag_all);
-      }
-      if (rs) fc::ref::reduce_scatter(rs_all);
-      else fc::ref::all_gather(ag_all);
+  } else if (o.op == "allgather") {
+    args = [&c, pieces](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
+      return fc::AllGatherArgs{c.send[r].data(), recv, pieces, fc::DType::f32, wire};
     };
   } else if (o.op == "alltoall") {
-    const std::int64_t per_peer = std::max<std::int64_t>(elems / P, 1);
-    fill(per_peer * P, per_peer * P);
-    c.count = per_peer * P;
-    c.bytes = c.count * 4;
-    c.busbw_factor = nm1;
-    c.call = [&c, per_peer, P](fc::Communicator& comm) {
-      const int r = comm.rank();
-      fc::all_to_allv(comm, fc::make_alltoall(c.send[r].data(), c.recv[r].data(), per_peer,
-                                              fc::DType::f32, P));
-    };
-    c.ref = [&c, per_peer, P] {
-      c.expect.assign(P, std::vector<float>(c.count));
-      std::vector<fc::AllToAllvArgs> all;
-      for (int r = 0; r < P; ++r)
-        all.push_back(fc::make_alltoall(c.send[r].data(), c.expect[r].data(), per_peer,
-                                        fc::DType::f32, P));
-      fc::ref::all_to_allv(all);
+    send_elems = recv_elems = c.count = per_peer * P;
+    args = [&c, per_peer, P](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
+      auto a = fc::make_alltoall(c.send[r].data(), recv, per_peer, fc::DType::f32, P);
+      a.wire = wire;
+      return a;
     };
   } else {  // broadcast
-    fill(elems, elems);
-    c.count = elems;
-    c.bytes = elems * 4;
     c.busbw_factor = 1;
-    const int root = o.root;
-    c.call = [&c, root](fc::Communicator& comm) {
-      const int r = comm.rank();
-      fc::broadcast(comm, {c.send[r].data(), c.recv[r].data(), c.count, fc::DType::f32, root});
-    };
-    c.ref = [&c, root, P] {
-      c.expect.assign(P, std::vector<float>(c.count));
-      std::vector<fc::BroadcastArgs> all;
-      for (int r = 0; r < P; ++r)
-        all.push_back({c.send[r].data(), c.expect[r].data(), c.count, fc::DType::f32, root});
-      fc::ref::broadcast(all);
+    args = [&o, &c](int r, float* recv, const fc::CompressionOptions&) -> AnyArgs {
+      return fc::BroadcastArgs{c.send[r].data(), recv, c.count, fc::DType::f32, o.root};
     };
   }
+  c.bytes = c.count * 4;
+  c.send.resize(P);
+  c.recv.resize(P);
+  for (int r = 0; r < P; ++r) {
+    const std::int64_t s = o.op == "allgather" ? pieces[r] : send_elems;
+    const std::int64_t d = o.op == "reducescatter" ? pieces[r] : recv_elems;
+    c.send[r].resize(s);
+    c.recv[r].resize(d);
+    fc::fill_values(c.send[r].data(), s, fc::DType::f32, 2024, 1, r, fc::ValueMode::random);
+  }
+  c.call = [&c, &o, args](fc::Communicator& comm) {
+    const int r = comm.rank();
+    std::visit([&](const auto& a) { run_on(comm, a); }, args(r, c.recv[r].data(), o.wire));
+  };
+  c.ref = [&c, args, P](const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out) {
+    out.resize(P);
+    std::vector<AnyArgs> all;
+    for (int r = 0; r < P; ++r) {
+      out[r].assign(c.recv[r].size(), 0.0f);
+      all.push_back(args(r, out[r].data(), wire));
+    }
+    std::visit([&](const auto& first) { ref_on(first, all); }, all[0]);
+  };
   return holder;
 }
 
@@ -509,12 +518,29 @@ std::int64_t run_collectives(const Options& o, Printer& out) {
     row.seconds = time_calls(world, c.call, o.warmup, o.iters);
     row.wire = wire_per_rank(world, sent, calls_per_size(o));
     if (o.check) {
-      c.ref();
+      std::vector<std::vector<float>> expect;
+      c.ref(o.wire, expect);
       for (auto& r : c.recv) fc::poison(r.data(), r.size() * 4);
       world.run([&](fc::Communicator& comm) { c.call(comm); });
       (void)wire_per_rank(world, sent, 1);
       for (int r = 0; r < o.ranks; ++r)
-        row.wrong += count_wrong(c.recv[r].data(), c.expect[r].data(), c.recv[r].size() * 4, 4);
+        row.wrong += count_wrong(c.recv[r].data(), expect[r].data(), c.recv[r].size() * 4, 4);
+      if (o.wire.format != fc::WireFormat::none) {
+        // What compression costs: the result against the same collective without it.
+        std::vector<std::vector<float>> exact;
+        c.ref(fc::CompressionOptions{}, exact);
+        double sq = 0;
+        std::int64_t n = 0;
+        for (int r = 0; r < o.ranks; ++r)
+          for (std::size_t i = 0; i < exact[r].size(); ++i) {
+            const double d = std::abs(double(c.recv[r][i]) - double(exact[r][i]));
+            row.max_abs = std::max(row.max_abs, d);
+            if (exact[r][i] != 0) row.max_rel = std::max(row.max_rel, d / std::abs(double(exact[r][i])));
+            sq += d * d;
+            ++n;
+          }
+        row.rms = n ? std::sqrt(sq / n) : 0;
+      }
     }
     wrong_total += row.wrong;
     out.row(row);

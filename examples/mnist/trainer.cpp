@@ -1,5 +1,7 @@
 #include "examples/mnist/trainer.hpp"
 
+#include "fusedcoll/compression.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -157,25 +159,36 @@ GradCompression parse_compression(const std::string& name) {
       make_string("--compress '", name, "' is not one of none, fp16, bf16, fp8-e4m3, fp8-e5m2"));
 }
 
-void check_exchange(const ExchangeOptions& options) {
-  // The wire codecs arrive with include/fusedcoll/compression.hpp (AllReduceArgs gains a `wire`
-  // CompressionOptions); until then this build can only send f32, and saying so beats silently
-  // training uncompressed under a compressed label.
-  if (options.compression != GradCompression::none)
-    throw UnsupportedError(make_string("--compress ", to_string(options.compression),
-                                       ": compressed AllReduce is not available in this build yet "
-                                       "(only 'none')"));
+namespace {
+
+CompressionOptions wire_of(const ExchangeOptions& options) {
+  CompressionOptions wire;
+  switch (options.compression) {
+    case GradCompression::none: wire.format = WireFormat::none; break;
+    case GradCompression::fp16: wire.format = WireFormat::f16; break;
+    case GradCompression::bf16: wire.format = WireFormat::bf16; break;
+    case GradCompression::fp8_e4m3: wire.format = WireFormat::fp8_e4m3; break;
+    case GradCompression::fp8_e5m2: wire.format = WireFormat::fp8_e5m2; break;
+  }
+  // FP8 gets its per-tensor scale from the amax every rank agrees on (Scaling::automatic), and
+  // each contribution is divided by P before the sum so partial sums stay within that scale.
+  wire.predivide = true;
+  return wire;
 }
+
+}  // namespace
+
+void check_exchange(const ExchangeOptions& options) { check(wire_of(options)); }
 
 void exchange_gradients(Communicator& comm, std::span<float> grads,
                         const ExchangeOptions& options) {
-  check_exchange(options);
   all_reduce(comm, {.send = grads.data(),
                     .recv = grads.data(),
                     .count = static_cast<std::int64_t>(grads.size()),
                     .dtype = DType::f32,
                     .op = ReduceOp::avg,
-                    .algo = options.algo});
+                    .algo = options.algo,
+                    .wire = wire_of(options)});
 }
 
 std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
@@ -315,6 +328,12 @@ std::vector<ReportConfig> report_grid() {
       {"serial", 1, GradCompression::none},
       {"2 workers", 2, GradCompression::none},
       {"4 workers", 4, GradCompression::none},
+      {"2 workers, fp16", 2, GradCompression::fp16},
+      {"2 workers, fp8-e4m3", 2, GradCompression::fp8_e4m3},
+      {"2 workers, fp8-e5m2", 2, GradCompression::fp8_e5m2},
+      {"4 workers, fp16", 4, GradCompression::fp16},
+      {"4 workers, fp8-e4m3", 4, GradCompression::fp8_e4m3},
+      {"4 workers, fp8-e5m2", 4, GradCompression::fp8_e5m2},
   };
 }
 

@@ -29,7 +29,7 @@ struct ExchangeOptions {
   AllReduceAlgo algo = AllReduceAlgo::direct;
 };
 
-/// Throws `UnsupportedError` unless this build can exchange gradients as `options` asks.
+/// Throws `InvalidArgument` unless `options` describe a valid gradient exchange.
 void check_exchange(const ExchangeOptions& options);
 
 /// Replaces `grads` on every rank by the mean over ranks of every rank's `grads` (one AllReduce
