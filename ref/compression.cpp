@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "fusedcoll/compression.hpp"
@@ -174,6 +175,30 @@ float nan_max(float a, float b) {
   if (std::isnan(b)) return b;
   return b > a ? b : a;
 }
+
+/// max |x[i]| over n values, NaN if any is NaN. Kept in 16 independent lanes with the NaN test
+/// apart, so that the compiler vectorises it: the amax scan reads every byte a compressed
+/// collective sends, and a scalar NaN-aware chain ran at a quarter of memory speed.
+float abs_max(const float* x, std::int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes] = {};
+  int nan = 0;
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float a = std::fabs(x[i + k]);
+      nan |= a != a;
+      lane[k] = a > lane[k] ? a : lane[k];
+    }
+  float m = 0;
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    nan |= a != a;
+    m = a > m ? a : m;
+  }
+  for (const float v : lane) m = v > m ? v : m;
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
 }  // namespace
 
 void accumulate_amax(const CompressionOptions& opts, std::vector<float>& table, const float* x,
@@ -182,17 +207,19 @@ void accumulate_amax(const CompressionOptions& opts, std::vector<float>& table, 
   if (scaling == Scaling::none || n <= 0) return;
   if (scaling == Scaling::per_tensor) {
     if (table.empty()) table.push_back(0.0f);
-    float m = table[0];
-    for (std::int64_t i = 0; i < n; ++i) m = nan_max(m, std::fabs(x[i]));
-    table[0] = m;
+    table[0] = nan_max(table[0], abs_max(x, n));
     return;
   }
   const std::int64_t B = opts.block;
   const auto last_block = static_cast<std::size_t>((first + n - 1) / B);
   if (table.size() <= last_block) table.resize(last_block + 1, 0.0f);
-  for (std::int64_t i = 0; i < n; ++i) {
-    float& m = table[static_cast<std::size_t>((first + i) / B)];
-    m = nan_max(m, std::fabs(x[i]));
+  // Block by block: elements [i, end) all belong to block (first + i) / B.
+  for (std::int64_t i = 0; i < n;) {
+    const std::int64_t block = (first + i) / B;
+    const std::int64_t end = std::min(n, (block + 1) * B - first);
+    float& m = table[static_cast<std::size_t>(block)];
+    m = nan_max(m, abs_max(x + i, end - i));
+    i = end;
   }
 }
 
