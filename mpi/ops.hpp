@@ -103,6 +103,14 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
   const Status own = detail::status_of([&] {
     enforce_env();
     check(args, me, P);
+    // Wire compression is an emulator/ref feature so far; running the call uncompressed under a
+    // compressed request would be silent garbage for anyone comparing against ref/.
+    if constexpr (requires { args.wire; })
+      if (args.wire.format != WireFormat::none)
+        throw UnsupportedError(detail::make_string(
+            "fusedcoll mpi: ", op, " with wire compression (", to_string(args.wire.format),
+            ") is not implemented on the MPI backend yet; use wire format none, or the emulator "
+            "(docs/mpi.md)"));
   });
   Record rec;
   rec.str(op);

@@ -362,6 +362,20 @@ TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
   check_gemm(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
 }
 
+TEST(MpiAgreement, CompressedWireIsRejectedOnEveryRank) {
+  std::vector<float> send(64, 1.0f), recv(64, 0.0f);
+  fusedcoll::AllReduceArgs args{.send = send.data(), .recv = recv.data(), .count = 64};
+  args.wire.format = fusedcoll::WireFormat::f16;
+  try {
+    fusedcoll::all_reduce(fctest::world(), args);
+    ADD_FAILURE() << "rank " << me() << ": a compressed AllReduce ran uncompressed";
+  } catch (const fusedcoll::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("wire compression (f16)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(recv, std::vector<float>(64, 0.0f)) << "rank " << me() << ": output written";
+  check_gemm(fctest::world(), gemm_problem(world_size(), 2, 79), Mode::scale_out);
+}
+
 TEST(MpiAgreement, DifferentModesAreAMismatch) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   const EmbeddingProblem pb = emb_problem(world_size(), 0, 88);
