@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/mnist_fixtures.hpp"
 #include "examples/mnist/idx.hpp"
 #include "examples/mnist/layers.hpp"
 #include "examples/mnist/trainer.hpp"
@@ -25,47 +26,8 @@ namespace mn = fusedcoll::mnist;
 
 namespace {
 
-/// Digit-like synthetic images: class c is a thick stroke pattern of its own (a horizontal bar at
-/// a class-specific height for c < 5, a vertical bar at a class-specific column for c >= 5),
-/// jittered by +-2 pixels and overlaid with uniform noise, so the classes are separable but not
-/// trivially (a pixel-exact template does not exist).
-mn::Dataset synthetic(int count, std::uint64_t seed) {
-  mn::Rng rng(seed);
-  mn::Dataset s;
-  s.rows = s.cols = 28;
-  s.pixels.assign(static_cast<std::size_t>(count) * 784, 0);
-  for (int i = 0; i < count; ++i) {
-    const int c = static_cast<int>(rng.below(10));
-    s.labels.push_back(static_cast<std::uint8_t>(c));
-    std::uint8_t* img = s.pixels.data() + static_cast<std::size_t>(i) * 784;
-    for (int p = 0; p < 784; ++p) img[p] = static_cast<std::uint8_t>(rng.below(60));
-    const int jitter = static_cast<int>(rng.below(5)) - 2;
-    const int at = 4 + 4 * (c % 5) + jitter;
-    for (int a = 4; a < 24; ++a)
-      for (int t = at; t < at + 3; ++t) {
-        const int y = c < 5 ? t : a;
-        const int x = c < 5 ? a : t;
-        img[y * 28 + x] = 255;
-      }
-  }
-  return s;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("fc_mnist_train_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using fctest::synthetic;
+using fctest::TempDir;
 
 }  // namespace
 

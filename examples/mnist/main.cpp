@@ -12,6 +12,9 @@
 
 #include "examples/mnist/idx.hpp"
 #include "examples/mnist/trainer.hpp"
+#ifdef FUSEDCOLL_MNIST_HAVE_MPI
+#include "fusedcoll/mpi.hpp"
+#endif
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -35,6 +38,8 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --test-batch-size B     [1000]
   --compress C            gradient wire format: none | fp16 | bf16 | fp8-e4m3 | fp8-e5m2 [none]
   --algo A                AllReduce algorithm: direct | ring [direct]
+  --backend B             emu (workers are threads of this process) | mpi (run under
+                          mpiexec -n P: one worker per process, --workers ignored) [emu]
   --no-progress           no progress bar, only the per-epoch lines
   --report                run the grid (serial, 2 and 4 workers) and write a Markdown table and a
                           plot of accuracy per epoch into --report-dir
@@ -85,6 +90,7 @@ int run(int argc, char** argv) {
   std::string data_dir = "data/mnist";
   std::string report_dir = "docs/results/mnist";
   bool report = false;
+  std::string backend = "emu";
   const std::vector<std::string> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
@@ -121,6 +127,10 @@ int run(int argc, char** argv) {
       options.exchange.algo = a == "direct" ? fc::AllReduceAlgo::direct : fc::AllReduceAlgo::ring;
     } else if (flag == "--no-progress") {
       options.progress = false;
+    } else if (flag == "--backend") {
+      backend = value();
+      FC_ENFORCE(backend == "emu" || backend == "mpi", "--backend '", backend,
+                 "' is not one of emu, mpi");
     } else if (flag == "--report") {
       report = true;
     } else if (flag == "--report-dir") {
@@ -137,6 +147,28 @@ int run(int argc, char** argv) {
   const mn::Dataset test = mn::load_mnist(data_dir, "t10k");
   std::cerr << "data: " << train.size() << " training and " << test.size() << " test images from "
             << data_dir << "\n";
+  if (backend == "mpi") {
+    FC_ENFORCE(!report, "--report runs its grid on the emulator; drop --backend mpi");
+#ifdef FUSEDCOLL_MNIST_HAVE_MPI
+    // One worker per MPI process: the job's size is the worker count. fusedcoll::mpi::run ends
+    // the whole job with the failing rank's message if any rank throws.
+    return fc::mpi::run(argc, argv, [&](fc::Communicator& comm) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const mn::TrainResult r =
+          mn::train_rank(comm, train, test, options, comm.rank() == 0 ? &std::cerr : nullptr);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (comm.rank() == 0)
+        std::cout << "workers " << comm.size() << " (MPI processes)  epochs " << r.epochs.size()
+                  << "  test accuracy " << 100 * r.epochs.back().test_accuracy
+                  << "%  training time " << r.train_seconds << " s  wall time " << wall
+                  << " s (with evaluation)  gradient bytes sent per step (rank 0) "
+                  << r.bytes_per_step << "\n";
+    });
+#else
+    throw fc::UnsupportedError("--backend mpi: this build has no MPI backend (FUSEDCOLL_ENABLE_MPI)");
+#endif
+  }
   if (report) {
     mn::write_report(train, test, options, mn::report_grid(), report_dir, quote_command(argc, argv),
                      std::cerr);
