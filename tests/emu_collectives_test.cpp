@@ -25,300 +25,20 @@
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
 
+#include "common/collective_cases.hpp"
+
 namespace {
 
-using fusedcoll::AllGatherArgs;
-using fusedcoll::AllReduceAlgo;
-using fusedcoll::AllReduceArgs;
-using fusedcoll::AllToAllvArgs;
-using fusedcoll::BroadcastArgs;
-using fusedcoll::Communicator;
-using fusedcoll::DType;
-using fusedcoll::ReduceOp;
-using fusedcoll::ReduceScatterArgs;
-using fusedcoll::ValueMode;
+using namespace fctest::collectives;  // Case, add_case, the builders
+
 using fusedcoll::emu::World;
 using fusedcoll::emu::WorldOptions;
-
-using Bytes = std::vector<unsigned char>;
 
 const std::int64_t kCounts[] = {0, 1, 7, 1000};  // 1000 is not divisible by 3 or 8
 const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
 const DType kReducible[] = {DType::f32, DType::i32, DType::i64};
 const AllReduceAlgo kAlgos[] = {AllReduceAlgo::direct, AllReduceAlgo::ring};
 
-// --- ref and emu entry points by argument type -----------------------------------------------
-
-void emu_call(Communicator& c, const AllReduceArgs& a) { fusedcoll::all_reduce(c, a); }
-void emu_call(Communicator& c, const AllToAllvArgs& a) { fusedcoll::all_to_allv(c, a); }
-void emu_call(Communicator& c, const ReduceScatterArgs& a) { fusedcoll::reduce_scatter(c, a); }
-void emu_call(Communicator& c, const AllGatherArgs& a) { fusedcoll::all_gather(c, a); }
-void emu_call(Communicator& c, const BroadcastArgs& a) { fusedcoll::broadcast(c, a); }
-void ref_call(std::span<const AllReduceArgs> a) { fusedcoll::ref::all_reduce(a); }
-void ref_call(std::span<const AllToAllvArgs> a) { fusedcoll::ref::all_to_allv(a); }
-void ref_call(std::span<const ReduceScatterArgs> a) { fusedcoll::ref::reduce_scatter(a); }
-void ref_call(std::span<const AllGatherArgs> a) { fusedcoll::ref::all_gather(a); }
-void ref_call(std::span<const BroadcastArgs> a) { fusedcoll::ref::broadcast(a); }
-
-// --- Cases --------------------------------------------------------------------------------------
-
-/// One collective call of every rank. `emu[r]` and `ref[r]` are rank r's memory block for each
-/// backend, identical before the run.
-struct Case {
-  std::string what;
-  std::vector<Bytes> emu, ref;
-  std::function<void(Communicator&)> on_emu;
-  std::function<void()> on_ref;
-};
-
-using Cases = std::vector<std::unique_ptr<Case>>;
-
-/// Layout helper: regions of a rank's block, each 64-byte aligned with a poisoned gap after it.
-struct Layout {
-  std::size_t size = 0;
-  std::size_t add(std::size_t bytes) {
-    const std::size_t at = size;
-    size += (bytes + 63) / 64 * 64 + 64;
-    return at;
-  }
-};
-
-/// Creates a case whose blocks have the given sizes (poisoned), lets `fill` write the inputs into
-/// each rank's emu block, copies the blocks for ref, and binds `make(rank, block)` -> Args.
-template <class Args>
-Case& add_case(Cases& cases, std::string what, const std::vector<std::size_t>& sizes,
-               const std::function<void(int, unsigned char*)>& fill,
-               std::function<Args(int, unsigned char*)> make) {
-  auto c = std::make_unique<Case>();
-  Case* cp = c.get();
-  cp->what = std::move(what);
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    cp->emu.emplace_back(sizes[r]);
-    fusedcoll::poison(cp->emu[r].data(), sizes[r]);
-    fill(static_cast<int>(r), cp->emu[r].data());
-  }
-  cp->ref = cp->emu;
-  cp->on_emu = [cp, make](Communicator& comm) {
-    emu_call(comm, make(comm.rank(), cp->emu[comm.rank()].data()));
-  };
-  cp->on_ref = [cp, make] {
-    std::vector<Args> all;
-    for (std::size_t r = 0; r < cp->ref.size(); ++r)
-      all.push_back(make(static_cast<int>(r), cp->ref[r].data()));
-    ref_call(std::span<const Args>(all));
-  };
-  cases.push_back(std::move(c));
-  return *cp;
-}
-
-/// Runs all cases in order in one `World::run` (every rank makes every call), then ref/, and
-/// compares every rank's block.
-void run_cases(World& world, Cases& cases) {
-  world.run([&](Communicator& comm) {
-    for (auto& c : cases) c->on_emu(comm);
-  });
-  for (auto& c : cases) {
-    c->on_ref();
-    for (std::size_t r = 0; r < c->emu.size(); ++r) {
-      const Bytes& e = c->emu[r];
-      const Bytes& f = c->ref[r];
-      if (std::memcmp(e.data(), f.data(), e.size()) == 0) continue;
-      std::size_t i = 0;
-      while (e[i] == f[i]) ++i;
-      ADD_FAILURE() << c->what << ": rank " << r << " differs from ref first at byte " << i
-                    << " of " << e.size() << " (emu 0x" << std::hex << int(e[i]) << ", ref 0x"
-                    << int(f[i]) << std::dec << ")";
-      break;
-    }
-  }
-}
-
-std::size_t esize(DType t) { return fusedcoll::dtype_size(t); }
-
-std::string name_of(const WorldOptions& o) {
-  std::ostringstream os;
-  os << "P=" << o.world_size << " C=" << o.device.compute_units;
-  if (o.device.max_resident_wgs) os << " resident=" << o.device.max_resident_wgs;
-  if (o.fuzz_seed) os << " fuzz=" << o.fuzz_seed;
-  return os.str();
-}
-
-// --- Case builders ------------------------------------------------------------------------------
-
-/// AllReduce of `count` random values (f32 of mixed magnitudes; full-range integers, so sums wrap).
-void add_all_reduce(Cases& cases, int P, std::int64_t count, DType dt, ReduceOp op,
-                    AllReduceAlgo algo, bool in_place, std::uint64_t seed) {
-  const std::size_t bytes = count * esize(dt);
-  Layout L;
-  const std::size_t send_at = L.add(bytes), recv_at = in_place ? send_at : L.add(bytes);
-  std::ostringstream what;
-  what << "all_reduce P=" << P << " count=" << count << " " << dt << " " << to_string(op) << " "
-       << to_string(algo) << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<AllReduceArgs>(
-      cases, what.str(), std::vector<std::size_t>(P, L.size),
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at, count, dt, seed, 1, r, ValueMode::random);
-      },
-      [=](int, unsigned char* m) {
-        return AllReduceArgs{m + send_at, m + recv_at, count, dt, op, algo};
-      });
-}
-
-/// All-to-All(v) with uneven counts (zeros included) and displacements in shuffled order, with
-/// gaps. `scale` multiplies the counts.
-void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, std::uint64_t seed) {
-  const std::size_t e = esize(dt);
-  // c[r][q]: elements r sends to q.
-  std::vector<std::vector<std::int64_t>> c(P, std::vector<std::int64_t>(P));
-  for (int r = 0; r < P; ++r)
-    for (int q = 0; q < P; ++q) {
-      const std::uint64_t h = fusedcoll::hash_draw(seed, 7, r, q);
-      c[r][q] = (h % 4 == 0) ? 0 : static_cast<std::int64_t>(h >> 8) % 37 * scale + (h >> 20) % 3;
-    }
-  std::vector<std::vector<std::int64_t>> sdispl(P), rdispl(P);
-  std::vector<std::size_t> sizes(P), send_at(P), recv_at(P);
-  for (int r = 0; r < P; ++r) {
-    // Send segments in reverse peer order with 3-element gaps; receive segments rotated by r
-    // with 1-element gaps.
-    std::int64_t at = 0;
-    sdispl[r].assign(P, 0);
-    for (int q = P - 1; q >= 0; --q) {
-      sdispl[r][q] = at;
-      at += c[r][q] + 3;
-    }
-    const std::int64_t send_elems = at;
-    at = 0;
-    rdispl[r].assign(P, 0);
-    for (int i = 0; i < P; ++i) {
-      const int p = (r + i) % P;
-      rdispl[r][p] = at;
-      at += c[p][r] + 1;
-    }
-    Layout L;
-    send_at[r] = L.add(send_elems * e);
-    recv_at[r] = L.add(at * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "all_to_allv P=" << P << " " << dt << " scale=" << scale << " seed=" << seed;
-  add_case<AllToAllvArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        for (int q = 0; q < P; ++q)
-          fusedcoll::fill_values(m + send_at[r] + sdispl[r][q] * e, c[r][q], dt, seed, 2 + q, r,
-                                 ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        AllToAllvArgs a;
-        a.send = m + send_at[r];
-        a.recv = m + recv_at[r];
-        a.dtype = dt;
-        for (int q = 0; q < P; ++q) {
-          a.send_counts.push_back(c[r][q]);
-          a.recv_counts.push_back(c[q][r]);
-        }
-        a.send_displs = sdispl[r];
-        a.recv_displs = rdispl[r];
-        return a;
-      });
-}
-
-/// Uneven counts with zeros: pattern `kind` (0: all zero, 1: only the last rank, 2: mixed).
-std::vector<std::int64_t> uneven(int P, int kind, std::int64_t scale, std::uint64_t seed) {
-  std::vector<std::int64_t> n(P, 0);
-  if (kind == 1) n[P - 1] = scale;
-  if (kind == 2)
-    for (int q = 0; q < P; ++q) {
-      const std::uint64_t h = fusedcoll::hash_draw(seed, 11, q, 0);
-      n[q] = (h % 3 == 0) ? 0 : 1 + static_cast<std::int64_t>(h >> 8) % scale;
-    }
-  return n;
-}
-
-std::int64_t offset_of(const std::vector<std::int64_t>& n, int rank) {
-  std::int64_t at = 0;
-  for (int q = 0; q < rank; ++q) at += n[q];
-  return at;
-}
-
-std::string counts_str(const std::vector<std::int64_t>& n) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < n.size(); ++i) os << (i ? "," : "") << n[i];
-  os << "]";
-  return os.str();
-}
-
-void add_reduce_scatter(Cases& cases, const std::vector<std::int64_t>& n, DType dt, ReduceOp op,
-                        bool in_place, std::uint64_t seed) {
-  const int P = static_cast<int>(n.size());
-  const std::size_t e = esize(dt);
-  const std::int64_t total = offset_of(n, P);
-  std::vector<std::size_t> sizes(P), recv_at(P);
-  Layout base;
-  const std::size_t send_at = base.add(total * e);
-  for (int r = 0; r < P; ++r) {
-    Layout L = base;
-    recv_at[r] = in_place ? send_at + offset_of(n, r) * e : L.add(n[r] * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "reduce_scatter counts=" << counts_str(n) << " " << dt << " " << to_string(op)
-       << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<ReduceScatterArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at, total, dt, seed, 3, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return ReduceScatterArgs{m + send_at, m + recv_at[r], n, dt, op};
-      });
-}
-
-void add_all_gather(Cases& cases, const std::vector<std::int64_t>& n, DType dt, bool in_place,
-                    std::uint64_t seed) {
-  const int P = static_cast<int>(n.size());
-  const std::size_t e = esize(dt);
-  const std::int64_t total = offset_of(n, P);
-  std::vector<std::size_t> sizes(P), send_at(P);
-  Layout base;
-  const std::size_t recv_at = base.add(total * e);
-  for (int r = 0; r < P; ++r) {
-    Layout L = base;
-    send_at[r] = in_place ? recv_at + offset_of(n, r) * e : L.add(n[r] * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "all_gather counts=" << counts_str(n) << " " << dt << (in_place ? " in-place" : "")
-       << " seed=" << seed;
-  add_case<AllGatherArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at[r], n[r], dt, seed, 4, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return AllGatherArgs{m + send_at[r], m + recv_at, n, dt};
-      });
-}
-
-void add_broadcast(Cases& cases, int P, std::int64_t count, DType dt, int root, bool in_place,
-                   std::uint64_t seed) {
-  const std::size_t bytes = count * esize(dt);
-  Layout L;
-  const std::size_t send_at = L.add(bytes), recv_at = in_place ? send_at : L.add(bytes);
-  std::ostringstream what;
-  what << "broadcast P=" << P << " count=" << count << " " << dt << " root=" << root
-       << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<BroadcastArgs>(
-      cases, what.str(), std::vector<std::size_t>(P, L.size),
-      [=](int r, unsigned char* m) {
-        // Every rank's send region holds data; only the root's may be read.
-        fusedcoll::fill_values(m + send_at, count, dt, seed, 5, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return BroadcastArgs{r == root ? m + send_at : nullptr, m + recv_at, count, dt, root};
-      });
-}
 
 /// A mix of every collective, used under fuzzing and small residency limits.
 void add_mix(Cases& cases, int P, std::uint64_t seed) {
@@ -565,7 +285,7 @@ TEST(EmuCollectivesSemantics, SpecialValuesFollowTheFoldOrder) {
         // Overwrite part of the inputs with special values, differently per rank.
         Case& c = *cases.back();
         for (int r = 0; r < P; ++r) {
-          auto* f = reinterpret_cast<float*>(c.emu[r].data());
+          auto* f = reinterpret_cast<float*>(c.got[r].data());
           for (std::int64_t i = 0; i < count; ++i) {
             const std::uint64_t h = fusedcoll::hash_draw(seed, 12, r, i);
             switch (h % 6) {
@@ -585,7 +305,7 @@ TEST(EmuCollectivesSemantics, SpecialValuesFollowTheFoldOrder) {
                 break;
             }
           }
-          c.ref[r] = c.emu[r];
+          c.ref[r] = c.got[r];
         }
       }
     for (ReduceOp op : kOps) {

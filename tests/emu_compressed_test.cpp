@@ -24,114 +24,14 @@
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
 
+#include "common/collective_cases.hpp"
+
 namespace {
 
-using fusedcoll::AllGatherArgs;
-using fusedcoll::AllReduceAlgo;
-using fusedcoll::AllReduceArgs;
-using fusedcoll::AllToAllvArgs;
-using fusedcoll::Communicator;
-using fusedcoll::DType;
-using fusedcoll::ReduceOp;
-using fusedcoll::ReduceScatterArgs;
-using fusedcoll::ValueMode;
+using namespace fctest::collectives;  // Case, add_case, run_cases, uneven
 using fusedcoll::emu::World;
 using fusedcoll::emu::WorldOptions;
 
-using Bytes = std::vector<unsigned char>;
-
-
-// --- ref and emu entry points by argument type -----------------------------------------------
-
-void emu_call(Communicator& c, const AllReduceArgs& a) { fusedcoll::all_reduce(c, a); }
-void emu_call(Communicator& c, const AllToAllvArgs& a) { fusedcoll::all_to_allv(c, a); }
-void emu_call(Communicator& c, const ReduceScatterArgs& a) { fusedcoll::reduce_scatter(c, a); }
-void emu_call(Communicator& c, const AllGatherArgs& a) { fusedcoll::all_gather(c, a); }
-void ref_call(std::span<const AllReduceArgs> a) { fusedcoll::ref::all_reduce(a); }
-void ref_call(std::span<const AllToAllvArgs> a) { fusedcoll::ref::all_to_allv(a); }
-void ref_call(std::span<const ReduceScatterArgs> a) { fusedcoll::ref::reduce_scatter(a); }
-void ref_call(std::span<const AllGatherArgs> a) { fusedcoll::ref::all_gather(a); }
-
-// --- Cases --------------------------------------------------------------------------------------
-
-/// One collective call of every rank. `emu[r]` and `ref[r]` are rank r's memory block for each
-/// backend, identical before the run.
-struct Case {
-  std::string what;
-  std::vector<Bytes> emu, ref;
-  std::function<void(Communicator&)> on_emu;
-  std::function<void()> on_ref;
-};
-
-using Cases = std::vector<std::unique_ptr<Case>>;
-
-/// Layout helper: regions of a rank's block, each 64-byte aligned with a poisoned gap after it.
-struct Layout {
-  std::size_t size = 0;
-  std::size_t add(std::size_t bytes) {
-    const std::size_t at = size;
-    size += (bytes + 63) / 64 * 64 + 64;
-    return at;
-  }
-};
-
-/// Creates a case whose blocks have the given sizes (poisoned), lets `fill` write the inputs into
-/// each rank's emu block, copies the blocks for ref, and binds `make(rank, block)` -> Args.
-template <class Args>
-Case& add_case(Cases& cases, std::string what, const std::vector<std::size_t>& sizes,
-               const std::function<void(int, unsigned char*)>& fill,
-               std::function<Args(int, unsigned char*)> make) {
-  auto c = std::make_unique<Case>();
-  Case* cp = c.get();
-  cp->what = std::move(what);
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    cp->emu.emplace_back(sizes[r]);
-    fusedcoll::poison(cp->emu[r].data(), sizes[r]);
-    fill(static_cast<int>(r), cp->emu[r].data());
-  }
-  cp->ref = cp->emu;
-  cp->on_emu = [cp, make](Communicator& comm) {
-    emu_call(comm, make(comm.rank(), cp->emu[comm.rank()].data()));
-  };
-  cp->on_ref = [cp, make] {
-    std::vector<Args> all;
-    for (std::size_t r = 0; r < cp->ref.size(); ++r)
-      all.push_back(make(static_cast<int>(r), cp->ref[r].data()));
-    ref_call(std::span<const Args>(all));
-  };
-  cases.push_back(std::move(c));
-  return *cp;
-}
-
-/// Runs all cases in order in one `World::run` (every rank makes every call), then ref/, and
-/// compares every rank's block.
-void run_cases(World& world, Cases& cases) {
-  world.run([&](Communicator& comm) {
-    for (auto& c : cases) c->on_emu(comm);
-  });
-  for (auto& c : cases) {
-    c->on_ref();
-    for (std::size_t r = 0; r < c->emu.size(); ++r) {
-      const Bytes& e = c->emu[r];
-      const Bytes& f = c->ref[r];
-      if (std::memcmp(e.data(), f.data(), e.size()) == 0) continue;
-      std::size_t i = 0;
-      while (e[i] == f[i]) ++i;
-      ADD_FAILURE() << c->what << ": rank " << r << " differs from ref first at byte " << i
-                    << " of " << e.size() << " (emu 0x" << std::hex << int(e[i]) << ", ref 0x"
-                    << int(f[i]) << std::dec << ")";
-      break;
-    }
-  }
-}
-
-std::string name_of(const WorldOptions& o) {
-  std::ostringstream os;
-  os << "P=" << o.world_size << " C=" << o.device.compute_units;
-  if (o.device.max_resident_wgs) os << " resident=" << o.device.max_resident_wgs;
-  if (o.fuzz_seed) os << " fuzz=" << o.fuzz_seed;
-  return os.str();
-}
 
 // --- Case builders ------------------------------------------------------------------------------
 
@@ -181,17 +81,6 @@ void add_all_reduce(Cases& cases, int P, std::int64_t count, ReduceOp op, AllRed
       });
 }
 
-/// Uneven counts with zeros (pattern `kind`: 0 all zero, 1 only the last rank, 2 mixed).
-std::vector<std::int64_t> uneven(int P, int kind, std::int64_t scale, std::uint64_t seed) {
-  std::vector<std::int64_t> n(P, 0);
-  if (kind == 1) n[P - 1] = scale;
-  if (kind == 2)
-    for (int q = 0; q < P; ++q) {
-      const std::uint64_t h = fusedcoll::hash_draw(seed, 11, q, 0);
-      n[q] = (h % 3 == 0) ? 0 : 1 + static_cast<std::int64_t>(h >> 8) % scale;
-    }
-  return n;
-}
 
 std::int64_t offset_of(const std::vector<std::int64_t>& n, int rank) {
   std::int64_t at = 0;

@@ -21,277 +21,30 @@
 #include "fusedcoll/collectives.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
+#include "tests/common/collective_cases.hpp"
 #include "tests/mpi/mpi_world.hpp"
 
 namespace {
 
-using fusedcoll::AllGatherArgs;
-using fusedcoll::AllReduceAlgo;
-using fusedcoll::AllReduceArgs;
-using fusedcoll::AllToAllvArgs;
-using fusedcoll::BroadcastArgs;
-using fusedcoll::Communicator;
-using fusedcoll::DType;
-using fusedcoll::ReduceOp;
-using fusedcoll::ReduceScatterArgs;
-using fusedcoll::ValueMode;
-
-using Bytes = std::vector<unsigned char>;
+using namespace fctest::collectives;  // Case, add_case, the builders
 
 const std::int64_t kCounts[] = {0, 1, 7, 1000};  // 1000 is not divisible by 3
 const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
 const DType kReducible[] = {DType::f32, DType::i32, DType::i64};
 const AllReduceAlgo kAlgos[] = {AllReduceAlgo::direct, AllReduceAlgo::ring};
 
-void mpi_call(Communicator& c, const AllReduceArgs& a) { fusedcoll::all_reduce(c, a); }
-void mpi_call(Communicator& c, const AllToAllvArgs& a) { fusedcoll::all_to_allv(c, a); }
-void mpi_call(Communicator& c, const ReduceScatterArgs& a) { fusedcoll::reduce_scatter(c, a); }
-void mpi_call(Communicator& c, const AllGatherArgs& a) { fusedcoll::all_gather(c, a); }
-void mpi_call(Communicator& c, const BroadcastArgs& a) { fusedcoll::broadcast(c, a); }
-void ref_call(std::span<const AllReduceArgs> a) { fusedcoll::ref::all_reduce(a); }
-void ref_call(std::span<const AllToAllvArgs> a) { fusedcoll::ref::all_to_allv(a); }
-void ref_call(std::span<const ReduceScatterArgs> a) { fusedcoll::ref::reduce_scatter(a); }
-void ref_call(std::span<const AllGatherArgs> a) { fusedcoll::ref::all_gather(a); }
-void ref_call(std::span<const BroadcastArgs> a) { fusedcoll::ref::broadcast(a); }
-
-/// One collective call. `mine` is this rank's block for MPI; `ref[r]` is rank r's block for ref/,
-/// identical to `mine` (for r = this rank) before the run.
-struct Case {
-  std::string what;
-  Bytes mine;
-  std::vector<Bytes> ref;
-  std::function<void(Communicator&)> on_mpi;
-  std::function<void()> on_ref;
-};
-
-using Cases = std::vector<std::unique_ptr<Case>>;
-
-/// Regions of a rank's block, each 64-byte aligned with a poisoned gap after it.
-struct Layout {
-  std::size_t size = 0;
-  std::size_t add(std::size_t bytes) {
-    const std::size_t at = size;
-    size += (bytes + 63) / 64 * 64 + 64;
-    return at;
-  }
-};
-
 int me() { return fctest::world().rank(); }
 int world_size() { return fctest::world().size(); }
-
-template <class Args>
-Case& add_case(Cases& cases, std::string what, const std::vector<std::size_t>& sizes,
-               const std::function<void(int, unsigned char*)>& fill,
-               std::function<Args(int, unsigned char*)> make) {
-  auto c = std::make_unique<Case>();
-  Case* cp = c.get();
-  cp->what = std::move(what);
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    cp->ref.emplace_back(sizes[r]);
-    fusedcoll::poison(cp->ref[r].data(), sizes[r]);
-    fill(static_cast<int>(r), cp->ref[r].data());
-  }
-  cp->mine = cp->ref[static_cast<std::size_t>(me())];
-  cp->on_mpi = [cp, make](Communicator& comm) {
-    mpi_call(comm, make(comm.rank(), cp->mine.data()));
-  };
-  cp->on_ref = [cp, make] {
-    std::vector<Args> all;
-    for (std::size_t r = 0; r < cp->ref.size(); ++r)
-      all.push_back(make(static_cast<int>(r), cp->ref[r].data()));
-    ref_call(std::span<const Args>(all));
-  };
-  cases.push_back(std::move(c));
-  return *cp;
-}
 
 /// Runs every case on MPI (all ranks make every call, in order), then ref/, and compares this
 /// rank's block.
 void run_cases(Cases& cases) {
-  for (auto& c : cases) c->on_mpi(fctest::world());
+  for (auto& c : cases) c->on_backend(fctest::world());
   for (auto& c : cases) {
     c->on_ref();
-    const Bytes& e = c->mine;
-    const Bytes& f = c->ref[static_cast<std::size_t>(me())];
-    if (std::memcmp(e.data(), f.data(), e.size()) == 0) continue;
-    std::size_t i = 0;
-    while (e[i] == f[i]) ++i;
-    ADD_FAILURE() << c->what << ": rank " << me() << " differs from ref first at byte " << i
-                  << " of " << e.size() << " (mpi 0x" << std::hex << int(e[i]) << ", ref 0x"
-                  << int(f[i]) << std::dec << ")";
+    const std::string diff = first_difference(*c, static_cast<std::size_t>(me()), "mpi");
+    if (!diff.empty()) ADD_FAILURE() << diff;
   }
-}
-
-std::size_t esize(DType t) { return fusedcoll::dtype_size(t); }
-
-void add_all_reduce(Cases& cases, int P, std::int64_t count, DType dt, ReduceOp op,
-                    AllReduceAlgo algo, bool in_place, std::uint64_t seed) {
-  const std::size_t bytes = count * esize(dt);
-  Layout L;
-  const std::size_t send_at = L.add(bytes), recv_at = in_place ? send_at : L.add(bytes);
-  std::ostringstream what;
-  what << "all_reduce P=" << P << " count=" << count << " " << dt << " " << to_string(op) << " "
-       << to_string(algo) << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<AllReduceArgs>(
-      cases, what.str(), std::vector<std::size_t>(P, L.size),
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at, count, dt, seed, 1, r, ValueMode::random);
-      },
-      [=](int, unsigned char* m) {
-        return AllReduceArgs{m + send_at, m + recv_at, count, dt, op, algo};
-      });
-}
-
-/// Uneven counts (zeros included), send segments in reverse peer order and receive segments
-/// rotated by rank, both with gaps.
-void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, std::uint64_t seed) {
-  const std::size_t e = esize(dt);
-  std::vector<std::vector<std::int64_t>> c(P, std::vector<std::int64_t>(P));
-  for (int r = 0; r < P; ++r)
-    for (int q = 0; q < P; ++q) {
-      const std::uint64_t h = fusedcoll::hash_draw(seed, 7, r, q);
-      c[r][q] = (h % 4 == 0) ? 0 : static_cast<std::int64_t>(h >> 8) % 37 * scale + (h >> 20) % 3;
-    }
-  std::vector<std::vector<std::int64_t>> sdispl(P), rdispl(P);
-  std::vector<std::size_t> sizes(P), send_at(P), recv_at(P);
-  for (int r = 0; r < P; ++r) {
-    std::int64_t at = 0;
-    sdispl[r].assign(P, 0);
-    for (int q = P - 1; q >= 0; --q) {
-      sdispl[r][q] = at;
-      at += c[r][q] + 3;
-    }
-    const std::int64_t send_elems = at;
-    at = 0;
-    rdispl[r].assign(P, 0);
-    for (int i = 0; i < P; ++i) {
-      const int p = (r + i) % P;
-      rdispl[r][p] = at;
-      at += c[p][r] + 1;
-    }
-    Layout L;
-    send_at[r] = L.add(send_elems * e);
-    recv_at[r] = L.add(at * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "all_to_allv P=" << P << " " << dt << " scale=" << scale << " seed=" << seed;
-  add_case<AllToAllvArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        for (int q = 0; q < P; ++q)
-          fusedcoll::fill_values(m + send_at[r] + sdispl[r][q] * e, c[r][q], dt, seed, 2 + q, r,
-                                 ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        AllToAllvArgs a;
-        a.send = m + send_at[r];
-        a.recv = m + recv_at[r];
-        a.dtype = dt;
-        for (int q = 0; q < P; ++q) {
-          a.send_counts.push_back(c[r][q]);
-          a.recv_counts.push_back(c[q][r]);
-        }
-        a.send_displs = sdispl[r];
-        a.recv_displs = rdispl[r];
-        return a;
-      });
-}
-
-/// Uneven counts with zeros: pattern `kind` (0: all zero, 1: only the last rank, 2: mixed).
-std::vector<std::int64_t> uneven(int P, int kind, std::int64_t scale, std::uint64_t seed) {
-  std::vector<std::int64_t> n(P, 0);
-  if (kind == 1) n[P - 1] = scale;
-  if (kind == 2)
-    for (int q = 0; q < P; ++q) {
-      const std::uint64_t h = fusedcoll::hash_draw(seed, 11, q, 0);
-      n[q] = (h % 3 == 0) ? 0 : 1 + static_cast<std::int64_t>(h >> 8) % scale;
-    }
-  return n;
-}
-
-std::int64_t offset_of(const std::vector<std::int64_t>& n, int rank) {
-  std::int64_t at = 0;
-  for (int q = 0; q < rank; ++q) at += n[q];
-  return at;
-}
-
-std::string counts_str(const std::vector<std::int64_t>& n) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < n.size(); ++i) os << (i ? "," : "") << n[i];
-  os << "]";
-  return os.str();
-}
-
-void add_reduce_scatter(Cases& cases, const std::vector<std::int64_t>& n, DType dt, ReduceOp op,
-                        bool in_place, std::uint64_t seed) {
-  const int P = static_cast<int>(n.size());
-  const std::size_t e = esize(dt);
-  const std::int64_t total = offset_of(n, P);
-  std::vector<std::size_t> sizes(P), recv_at(P);
-  Layout base;
-  const std::size_t send_at = base.add(total * e);
-  for (int r = 0; r < P; ++r) {
-    Layout L = base;
-    recv_at[r] = in_place ? send_at + offset_of(n, r) * e : L.add(n[r] * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "reduce_scatter counts=" << counts_str(n) << " " << dt << " " << to_string(op)
-       << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<ReduceScatterArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at, total, dt, seed, 3, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return ReduceScatterArgs{m + send_at, m + recv_at[r], n, dt, op};
-      });
-}
-
-void add_all_gather(Cases& cases, const std::vector<std::int64_t>& n, DType dt, bool in_place,
-                    std::uint64_t seed) {
-  const int P = static_cast<int>(n.size());
-  const std::size_t e = esize(dt);
-  const std::int64_t total = offset_of(n, P);
-  std::vector<std::size_t> sizes(P), send_at(P);
-  Layout base;
-  const std::size_t recv_at = base.add(total * e);
-  for (int r = 0; r < P; ++r) {
-    Layout L = base;
-    send_at[r] = in_place ? recv_at + offset_of(n, r) * e : L.add(n[r] * e);
-    sizes[r] = L.size;
-  }
-  std::ostringstream what;
-  what << "all_gather counts=" << counts_str(n) << " " << dt << (in_place ? " in-place" : "")
-       << " seed=" << seed;
-  add_case<AllGatherArgs>(
-      cases, what.str(), sizes,
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at[r], n[r], dt, seed, 4, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return AllGatherArgs{m + send_at[r], m + recv_at, n, dt};
-      });
-}
-
-void add_broadcast(Cases& cases, int P, std::int64_t count, DType dt, int root, bool in_place,
-                   std::uint64_t seed) {
-  const std::size_t bytes = count * esize(dt);
-  Layout L;
-  const std::size_t send_at = L.add(bytes), recv_at = in_place ? send_at : L.add(bytes);
-  std::ostringstream what;
-  what << "broadcast P=" << P << " count=" << count << " " << dt << " root=" << root
-       << (in_place ? " in-place" : "") << " seed=" << seed;
-  add_case<BroadcastArgs>(
-      cases, what.str(), std::vector<std::size_t>(P, L.size),
-      [=](int r, unsigned char* m) {
-        fusedcoll::fill_values(m + send_at, count, dt, seed, 5, r, ValueMode::random);
-      },
-      [=](int r, unsigned char* m) {
-        return BroadcastArgs{r == root ? m + send_at : nullptr, m + recv_at, count, dt, root};
-      });
 }
 
 TEST(MpiCollectives, AllReduceMatchesRef) {
@@ -430,7 +183,7 @@ TEST(MpiCollectives, SpecialValuesFollowTheFoldOrder) {
           }
         }
       }
-      c.mine = c.ref[static_cast<std::size_t>(me())];
+      c.got = c.ref;
     }
   run_cases(cases);
 }
