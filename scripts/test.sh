@@ -34,7 +34,8 @@ cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
 
 # The GPU builds need no oneTBB, Eigen or benchmark: only ref/, the backend, its tests and bench.
-gpu_config=(-DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_EMU=OFF -DFUSEDCOLL_BUILD_TESTS=OFF
+gpu_config=(-DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_EMU=OFF -DFUSEDCOLL_ENABLE_MPI=OFF
+            -DFUSEDCOLL_BUILD_TESTS=OFF
             -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_WERROR=ON)
 gpu_targets=(fusedcoll_gpu fusedcoll_gpu_test fusedcoll-gpu-bench)
 if [ -x /usr/local/cuda/bin/nvcc ]; then
