@@ -37,6 +37,8 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --seed S                initial weights, shuffles and dropout masks [42]
   --test-batch-size B     [1000]
   --compress C            gradient wire format: none | fp16 | bf16 | fp8-e4m3 | fp8-e5m2 [none]
+  --error-feedback        with --compress: add what the wire lost of each step's gradient to
+                          the next one (per worker)
   --algo A                AllReduce algorithm: direct | ring [direct]
   --backend B             emu (workers are threads of this process) | mpi (run under
                           mpiexec -n P: one worker per process, --workers ignored) [emu]
@@ -121,6 +123,8 @@ int run(int argc, char** argv) {
       options.seed = static_cast<std::uint64_t>(s);
     } else if (flag == "--compress") {
       options.exchange.compression = mn::parse_compression(value());
+    } else if (flag == "--error-feedback") {
+      options.exchange.error_feedback = true;
     } else if (flag == "--algo") {
       const std::string& a = value();
       FC_ENFORCE(a == "direct" || a == "ring", "--algo '", a, "' is not one of direct, ring");

@@ -178,17 +178,64 @@ CompressionOptions wire_of(const ExchangeOptions& options) {
 
 }  // namespace
 
-void check_exchange(const ExchangeOptions& options) { check(wire_of(options)); }
+void check_exchange(const ExchangeOptions& options) {
+  check(wire_of(options));
+  FC_ENFORCE(!options.error_feedback || options.compression != GradCompression::none,
+             "--error-feedback needs a compressed --compress format (nothing is lost in f32)");
+}
 
-void exchange_gradients(Communicator& comm, std::span<float> grads,
-                        const ExchangeOptions& options) {
+namespace {
+
+/// What the compressed AllReduce delivers of this rank's contribution `sent`, in gradient units:
+/// it divides by P (predivide), encodes with the scale every rank agrees on (the max of the
+/// ranks' amax, headroom P for the sum: docs/compression.md) and decodes. The amax agreement is
+/// repeated here with one single-float max-AllReduce, so the scale is the collective's own.
+std::vector<float> delivered(Communicator& comm, std::span<const float> sent,
+                             const CompressionOptions& wire) {
+  const int P = comm.size();
+  const auto n = static_cast<std::int64_t>(sent.size());
+  std::vector<float> y(sent.size());
+  float amax = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    y[i] = sent[i] / static_cast<float>(P);
+    amax = std::max(amax, std::fabs(y[i]));
+  }
+  all_reduce(comm, {.send = &amax, .recv = &amax, .count = 1, .op = ReduceOp::max});
+  std::vector<std::byte> enc(y.size() * wire_size(wire.format));
+  std::vector<float> q(y.size());
+  if (resolved_scaling(wire) == Scaling::per_tensor) {
+    const float s = scale_for(wire.format, amax, static_cast<float>(P), wire.pow2_scale);
+    encode_scaled(wire.format, y.data(), enc.data(), n, s, wire.overflow);
+    decode_scaled(wire.format, enc.data(), q.data(), n, s);
+  } else {
+    encode(wire.format, y.data(), enc.data(), n, wire.overflow);
+    decode(wire.format, enc.data(), q.data(), n);
+  }
+  for (float& v : q) v *= static_cast<float>(P);
+  return q;
+}
+
+}  // namespace
+
+void exchange_gradients(Communicator& comm, std::span<float> grads, const ExchangeOptions& options,
+                        ErrorFeedback* feedback) {
+  const CompressionOptions wire = wire_of(options);
+  std::vector<float> sent, received;
+  if (options.error_feedback) {
+    FC_ENFORCE(feedback != nullptr, "error feedback needs the rank's ErrorFeedback state");
+    check_exchange(options);
+    feedback->apply(grads);
+    sent.assign(grads.begin(), grads.end());
+    received = delivered(comm, sent, wire);
+  }
   all_reduce(comm, {.send = grads.data(),
                     .recv = grads.data(),
                     .count = static_cast<std::int64_t>(grads.size()),
                     .dtype = DType::f32,
                     .op = ReduceOp::avg,
                     .algo = options.algo,
-                    .wire = wire_of(options)});
+                    .wire = wire});
+  if (options.error_feedback) feedback->update(sent, received);
 }
 
 std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
@@ -247,6 +294,7 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
                    .root = 0});
 
   std::vector<float> grads(params.size());
+  ErrorFeedback feedback;  // used with --error-feedback: what the wire lost, added to the next step
   std::vector<float> velocity(params.size(), 0.0f);
   // Distinct dropout masks per rank, reproducible from the seed.
   Rng dropout_rng(options.seed * 0x9e3779b97f4a7c15ULL +
@@ -276,7 +324,7 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
       FC_ENFORCE(std::isfinite(loss), "training diverged: loss ", loss, " at epoch ", epoch + 1,
                  " step ", step, " (try a smaller --lr)");
       loss_sum += loss;
-      exchange_gradients(comm, grads, options.exchange);
+      exchange_gradients(comm, grads, options.exchange, &feedback);
       // PyTorch's SGD with momentum: v = m v + g; p -= lr v.
       for (std::size_t i = 0; i < params.size(); ++i) {
         velocity[i] = momentum * velocity[i] + grads[i];

@@ -12,6 +12,7 @@
 
 #include "examples/mnist/idx.hpp"
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/compression.hpp"
 
 namespace fusedcoll::mnist {
 
@@ -27,6 +28,9 @@ GradCompression parse_compression(const std::string& name);
 struct ExchangeOptions {
   GradCompression compression = GradCompression::none;
   AllReduceAlgo algo = AllReduceAlgo::direct;
+  /// Error feedback (`--error-feedback`): each rank adds what the wire lost of its previous
+  /// contributions to the next one. Only with a compressed format.
+  bool error_feedback = false;
 };
 
 /// Throws `InvalidArgument` unless `options` describe a valid gradient exchange.
@@ -35,7 +39,9 @@ void check_exchange(const ExchangeOptions& options);
 /// Replaces `grads` on every rank by the mean over ranks of every rank's `grads` (one AllReduce
 /// of the flat buffer). A collective call: every rank makes it with equal sizes and options.
 /// This is the one place where gradient compression plugs in.
-void exchange_gradients(Communicator& comm, std::span<float> grads, const ExchangeOptions& options);
+/// With `options.error_feedback`, `feedback` (this rank's state, kept across steps) is required.
+void exchange_gradients(Communicator& comm, std::span<float> grads, const ExchangeOptions& options,
+                        ErrorFeedback* feedback = nullptr);
 
 /// Bytes this rank puts on the wire per `exchange_gradients` of `count` elements on `world_size`
 /// ranks (the direct and ring algorithms both send 2 (P-1)/P of the buffer per rank; for rank 0
