@@ -98,6 +98,37 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes) {
 // order. The engine of AllReduce `direct` (parts = chunk_of, then an all-gather of the results)
 // and of ReduceScatter (parts = recv_counts, no all-gather).
 
+/// One rank's share of an owner reduction: `scatter` (its slices of the other owners' parts,
+/// remote-first `order`), `reduce` (its own part's tiles) and, with gather, `collect` (the other
+/// owners' finished tiles), with the cumulative signal targets the reduce and collect tiles wait
+/// for. The plain and the compressed-wire kernels share it.
+struct OwnerSchedule {
+  std::vector<int> order;
+  std::vector<Item> scatter, reduce, collect;
+  std::vector<std::uint64_t> in_target, out_target;
+};
+
+OwnerSchedule owner_schedule(Rank& rk, const std::vector<int64_t>& len, int64_t te, bool gather,
+                             int in_slot, int out_slot) {
+  const int P = rk.size(), me = rk.rank();
+  OwnerSchedule s;
+  s.order = remote_first(me, P);
+  for (int q : s.order)
+    for (int t = 0; t < num_tiles(len[q], te); ++t) {
+      if (q != me) s.scatter.push_back({q, t});
+      if (q != me && gather) s.collect.push_back({q, t});
+    }
+  for (int t = 0; t < num_tiles(len[me], te); ++t) s.reduce.push_back({me, t});
+  s.in_target.assign(kMaxTiles, 0);
+  s.out_target.assign(std::size_t(P) * kMaxTiles, 0);
+  for (const Item& it : s.reduce) s.in_target[it.tile] = rk.expect(in_slot + it.tile, P - 1);
+  for (const Item& it : s.collect) {
+    const int slot = it.peer * kMaxTiles + it.tile;
+    s.out_target[slot] = rk.expect(out_slot + slot, 1);
+  }
+  return s;
+}
+
 struct OwnerReduce {
   std::string key;                // scratch and slot names
   std::vector<int64_t> off, len;  // per part, in elements of the send buffer
@@ -130,21 +161,8 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
   const int out_slot = spec.gather ? rk.slots(spec.key + ".out", P * kMaxTiles) : 0;
   if (max_len == 0) return;  // nothing moves; every rank agrees
 
-  const std::vector<int> order = remote_first(me, P);
-  std::vector<Item> scatter, reduce, collect;
-  for (int q : order)
-    for (int t = 0; t < num_tiles(spec.len[q], te); ++t) {
-      if (q != me) scatter.push_back({q, t});
-      if (q != me && spec.gather) collect.push_back({q, t});
-    }
-  for (int t = 0; t < num_tiles(spec.len[me], te); ++t) reduce.push_back({me, t});
-
-  std::vector<std::uint64_t> in_target(kMaxTiles), out_target(std::size_t(P) * kMaxTiles);
-  for (const Item& it : reduce) in_target[it.tile] = rk.expect(in_slot + it.tile, P - 1);
-  for (const Item& it : collect) {
-    const int s = it.peer * kMaxTiles + it.tile;
-    out_target[s] = rk.expect(out_slot + s, 1);
-  }
+  const OwnerSchedule sched = owner_schedule(rk, spec.len, te, spec.gather, in_slot, out_slot);
+  const auto& [order, scatter, reduce, collect, in_target, out_target] = sched;
 
   const auto* send = cbytes(spec.send);
   auto* recv = mbytes(spec.recv);
@@ -361,21 +379,8 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
   const int out_slot = spec.gather ? rk.slots(spec.key + ".out", P * kMaxTiles) : 0;
   if (max_len == 0) return;
 
-  const std::vector<int> order = remote_first(me, P);
-  std::vector<Item> scatter, reduce, collect;
-  for (int q : order)
-    for (int t = 0; t < num_tiles(spec.len[q], te); ++t) {
-      if (q != me) scatter.push_back({q, t});
-      if (q != me && spec.gather) collect.push_back({q, t});
-    }
-  for (int t = 0; t < num_tiles(spec.len[me], te); ++t) reduce.push_back({me, t});
-
-  std::vector<std::uint64_t> in_target(kMaxTiles), out_target(std::size_t(P) * kMaxTiles);
-  for (const Item& it : reduce) in_target[it.tile] = rk.expect(in_slot + it.tile, P - 1);
-  for (const Item& it : collect) {
-    const int s = it.peer * kMaxTiles + it.tile;
-    out_target[s] = rk.expect(out_slot + s, 1);
-  }
+  const OwnerSchedule sched = owner_schedule(rk, spec.len, te, spec.gather, in_slot, out_slot);
+  const auto& [order, scatter, reduce, collect, in_target, out_target] = sched;
   const std::size_t phase_max = std::max({scatter.size(), reduce.size(), collect.size()});
 
   rk.launch(spec.key, grid_for(rk, phase_max), [&](WgContext& wg) -> WgTask {
