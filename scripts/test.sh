@@ -1,37 +1,16 @@
 #!/usr/bin/env bash
 # README command 2: set up, build, and run the whole test suite with ctest.
-# 1. Release build with warnings as errors: every test (unit, install/consumer).
-#    This includes the MPI suites (label mpi), run under mpiexec by ctest.
+# 1. The GPU backend, compiled and linked for NVIDIA (nvcc, sm_90) and AMD (hipcc, gfx90a + gfx940):
+#    CI machines have no GPU, so `ctest -L gpu` must report every GPU test as skipped. It runs
+#    first: a compile break shows within minutes, and the log ends with the runs that test.
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
-# 4. The GPU backend, compiled and linked for NVIDIA (nvcc, sm_90) and AMD (hipcc, gfx90a + gfx940):
-#    CI machines have no GPU, so `ctest -L gpu` must report every GPU test as skipped.
+# 4. Release build with warnings as errors: every test (unit, install/consumer), including the
+#    MPI suites (label mpi), run under mpiexec by ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --hip
 jobs="$(nproc)"
-
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
-  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON
-cmake --build build -j "$jobs"
-# -LE long: the exhaustive 2^32-pattern codec test runs on request only (docs/testing.md).
-ctest --test-dir build --output-on-failure -j "$jobs" -LE long
-
-# -O1 -g without -DNDEBUG: the debug-only invariants (FC_DASSERT) run under the sanitizers too.
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DFUSEDCOLL_BUILD_TESTS=ON \
-  -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined \
-  -DFUSEDCOLL_ENABLE_MPI=OFF
-cmake --build build-asan -j "$jobs"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu|mnist"
-
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DFUSEDCOLL_BUILD_TESTS=ON \
-  -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=thread \
-  -DFUSEDCOLL_ENABLE_MPI=OFF
-cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed_test emu_ops_test \
-  emu_runtime_test emu_link_test
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
 
 # The GPU builds need no oneTBB, Eigen or benchmark: only ref/, the backend, its tests and bench.
 gpu_config=(-DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_EMU=OFF -DFUSEDCOLL_ENABLE_MPI=OFF
@@ -55,3 +34,25 @@ if command -v hipcc >/dev/null; then
 else
   echo "test.sh: hipcc not found: the HIP compile step is skipped"
 fi
+
+# -O1 -g without -DNDEBUG: the debug-only invariants (FC_DASSERT) run under the sanitizers too.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DFUSEDCOLL_BUILD_TESTS=ON \
+  -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined \
+  -DFUSEDCOLL_ENABLE_MPI=OFF
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu|mnist"
+
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DFUSEDCOLL_BUILD_TESTS=ON \
+  -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=thread \
+  -DFUSEDCOLL_ENABLE_MPI=OFF
+cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed_test emu_ops_test \
+  emu_runtime_test emu_link_test
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
+  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON
+cmake --build build -j "$jobs"
+# -LE long: the exhaustive 2^32-pattern codec test runs on request only (docs/testing.md).
+ctest --test-dir build --output-on-failure -j "$jobs" -LE long
