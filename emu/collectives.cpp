@@ -555,23 +555,12 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
   });
 }
 
-/// What this rank contributes to a compressed reduction (ref/'s `contribution`): `send` itself
-/// when that is the same values, so that a large call does not allocate and copy its input;
-/// a copy when `avg` predivides, or when the call is in place (its output overwrites the input
-/// while the schedule may still read it).
-const float* contributed(const void* send, bool in_place, int64_t count, ReduceOp op,
-                         const CompressionOptions& wire, int P, std::vector<float>& storage) {
-  if (!in_place && !(op == ReduceOp::avg && wire.predivide))
-    return static_cast<const float*>(send);
-  storage = fusedcoll::detail::contribution(send, count, op, wire, P);
-  return storage.data();
-}
-
 void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
   const int P = rk.size();
   std::vector<float> storage;
   const float* y =
-      contributed(args.send, args.send == args.recv, args.count, args.op, args.wire, P, storage);
+      fusedcoll::detail::contribution_view(args.send, args.send == args.recv, args.count, args.op,
+                                           args.wire, P, storage);
   const WirePlan plan = agree_plan(rk, "all_reduce", args.wire, {{y, 0, args.count}},
                                    fusedcoll::detail::reduction_headroom(args.op, P));
   if (args.algo == AllReduceAlgo::ring && P > 1) {
@@ -608,7 +597,8 @@ void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args) {
   const auto* send = static_cast<const float*>(args.send);
   const auto* recv = static_cast<const float*>(args.recv);
   const bool overlaps = recv < send + at && send < recv + spec.len[rk.rank()];
-  const float* y = contributed(args.send, overlaps, at, args.op, args.wire, P, storage);
+  const float* y = fusedcoll::detail::contribution_view(args.send, overlaps, at, args.op,
+                                                        args.wire, P, storage);
   const WirePlan plan = agree_plan(rk, "reduce_scatter", args.wire, {{y, 0, at}},
                                    fusedcoll::detail::reduction_headroom(args.op, P));
   spec.op = args.op;

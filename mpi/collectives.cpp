@@ -24,9 +24,6 @@ std::size_t nbytes(std::int64_t elems, std::size_t es) {
   return static_cast<std::size_t>(elems) * es;
 }
 
-/// Elements folded per workgroup: the fold is element-wise, so pieces split it freely.
-constexpr std::int64_t kFoldPiece = 1 << 15;
-
 /// `dst = left op right` element-wise (the received running value of a ring step on the left),
 /// then the average's division when `last`.
 void combine(Runtime& rt, void* dst, const void* left, const void* right, std::int64_t count,
@@ -43,27 +40,6 @@ void combine(Runtime& rt, void* dst, const void* left, const void* right, std::i
         detail::finish_average(at(dst, o, es), n, a.dtype, rt.size());
     }
   });
-}
-
-/// Puts `bytes` at `src` into region offset `offset` of every other rank and signals `slot + me`
-/// there; workgroups take peers in communication-aware order.
-void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
-  const int P = rt.size(), me = rt.rank();
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(bytes * static_cast<std::size_t>(P - 1), P - 1);
-  rt.launch(grid, [&](int w) {
-    for (int j = w; j < P - 1; j += grid) {
-      rt.put(order[j], offset, src, bytes);
-      rt.signal(order[j], slot + me);
-    }
-  });
-}
-
-/// Waits for one signal on `slot + p` from every other rank p.
-void wait_all_peers(Runtime& rt, int slot, const char* what) {
-  for (int p : remote_first(rt.rank(), rt.size()))
-    if (p != rt.rank())
-      rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string(what, "[", p, "]"));
 }
 
 /// The all-gather phase of AllReduce: this rank's finished chunk already sits at its offset in the
@@ -140,14 +116,31 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a) {
   gather_chunks(rt, gather_at, a);
 }
 
-/// Offsets of `counts` laid end to end.
+}  // namespace
+
+void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
+  const int P = rt.size(), me = rt.rank();
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(bytes * static_cast<std::size_t>(P - 1), P - 1);
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P - 1; j += grid) {
+      rt.put(order[j], offset, src, bytes);
+      rt.signal(order[j], slot + me);
+    }
+  });
+}
+
+void wait_all_peers(Runtime& rt, int slot, const char* what) {
+  for (int p : remote_first(rt.rank(), rt.size()))
+    if (p != rt.rank())
+      rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string(what, "[", p, "]"));
+}
+
 std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
   std::vector<std::int64_t> off(counts.size() + 1, 0);
   for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
   return off;
 }
-
-}  // namespace
 
 void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
                      const std::function<const void*(int)>& v) {
@@ -170,6 +163,10 @@ void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, Re
 void all_reduce(Runtime& rt, const AllReduceArgs& args) {
   const std::string name = std::string("all_reduce ") + to_string(args.algo);
   enter(rt, name, args);
+  if (args.wire.format != WireFormat::none) {
+    all_reduce_wire(rt, args);
+    return;
+  }
   const std::size_t es = dtype_size(args.dtype);
   if (args.count == 0) return;
   if (rt.size() == 1) {
@@ -185,6 +182,10 @@ void all_reduce(Runtime& rt, const AllReduceArgs& args) {
 
 void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
   enter(rt, "reduce_scatter", args);
+  if (args.wire.format != WireFormat::none) {
+    reduce_scatter_wire(rt, args);
+    return;
+  }
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(args.dtype);
   const std::vector<std::int64_t> off = offsets_of(args.recv_counts);
@@ -215,6 +216,10 @@ void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
 
 void all_gather(Runtime& rt, const AllGatherArgs& args) {
   enter(rt, "all_gather", args);
+  if (args.wire.format != WireFormat::none) {
+    all_gather_wire(rt, args);
+    return;
+  }
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(args.dtype);
   const std::vector<std::int64_t> off = offsets_of(args.recv_counts);
@@ -251,6 +256,10 @@ void broadcast(Runtime& rt, const BroadcastArgs& args) {
 
 void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
   const auto all = enter(rt, "all_to_allv", args);
+  if (args.wire.format != WireFormat::none) {
+    all_to_allv_wire(rt, args, all);
+    return;
+  }
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(args.dtype);
   // Rank q's receive area holds the segments of all sources in rank order.

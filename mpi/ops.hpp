@@ -103,14 +103,6 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
   const Status own = detail::status_of([&] {
     enforce_env();
     check(args, me, P);
-    // Wire compression is an emulator/ref feature so far; running the call uncompressed under a
-    // compressed request would be silent garbage for anyone comparing against ref/.
-    if constexpr (requires { args.wire; })
-      if (args.wire.format != WireFormat::none)
-        throw UnsupportedError(detail::make_string(
-            "fusedcoll mpi: ", op, " with wire compression (", to_string(args.wire.format),
-            ") is not implemented on the MPI backend yet; use wire format none, or the emulator "
-            "(docs/mpi.md)"));
   });
   Record rec;
   rec.str(op);
@@ -189,6 +181,19 @@ inline void copy_bytes(void* dst, const void* src, std::size_t n) {
   }
 }
 
+/// Elements folded per workgroup: the fold is element-wise, so pieces split it freely.
+constexpr std::int64_t kFoldPiece = 1 << 15;
+
+/// Puts `bytes` at `src` into region offset `offset` of every other rank and signals `slot + me`
+/// there; workgroups take peers in communication-aware order.
+void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot);
+
+/// Waits for one signal on `slot + p` from every other rank p.
+void wait_all_peers(Runtime& rt, int slot, const char* what);
+
+/// Offsets of `counts` laid end to end (`counts.size() + 1` entries).
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
+
 /// `acc = v(0); acc = acc op v(p)` for p = 1..P-1, then the average's division: the `direct`
 /// order, `count` elements, in pieces spread over the workgroups.
 void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
@@ -202,5 +207,12 @@ void all_to_allv(Runtime& rt, const AllToAllvArgs& args);
 void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args);
 void all_gather(Runtime& rt, const AllGatherArgs& args);
 void broadcast(Runtime& rt, const BroadcastArgs& args);
+
+// The compressed-wire collectives (compressed.cpp), called after `enter` when `wire.format` is
+// not `none`; `all` is enter's result.
+void all_reduce_wire(Runtime& rt, const AllReduceArgs& args);
+void reduce_scatter_wire(Runtime& rt, const ReduceScatterArgs& args);
+void all_gather_wire(Runtime& rt, const AllGatherArgs& args);
+void all_to_allv_wire(Runtime& rt, const AllToAllvArgs& args, const std::vector<AllToAllvArgs>& all);
 
 }  // namespace fusedcoll::mpi

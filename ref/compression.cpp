@@ -310,5 +310,14 @@ std::vector<float> contribution(const void* send, std::int64_t count, ReduceOp o
   return y;
 }
 
+const float* contribution_view(const void* send, bool in_place, std::int64_t count, ReduceOp op,
+                               const CompressionOptions& opts, int world_size,
+                               std::vector<float>& storage) {
+  if (!in_place && !(op == ReduceOp::avg && opts.predivide))
+    return static_cast<const float*>(send);
+  storage = contribution(send, count, op, opts, world_size);
+  return storage.data();
+}
+
 }  // namespace detail
 }  // namespace fusedcoll

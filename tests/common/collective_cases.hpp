@@ -30,6 +30,7 @@ using fusedcoll::AllReduceArgs;
 using fusedcoll::AllToAllvArgs;
 using fusedcoll::BroadcastArgs;
 using fusedcoll::Communicator;
+using fusedcoll::CompressionOptions;
 using fusedcoll::DType;
 using fusedcoll::ReduceOp;
 using fusedcoll::ReduceScatterArgs;
@@ -146,29 +147,44 @@ inline std::string name_of(const fusedcoll::emu::WorldOptions& o) {
 }
 
 // --- Case builders ------------------------------------------------------------------------------
+// Each takes the wire options last (default: uncompressed); compressed wires need f32.
+
+/// " wire=fp8_e4m3/per_block100/pow2" for a case name; empty for an uncompressed wire.
+inline std::string wire_str(const CompressionOptions& w) {
+  if (w.format == fusedcoll::WireFormat::none) return "";
+  std::ostringstream os;
+  os << " wire=" << to_string(w.format) << "/" << to_string(w.scaling);
+  if (w.scaling == fusedcoll::Scaling::per_block) os << w.block;
+  if (w.pow2_scale) os << "/pow2";
+  if (w.predivide) os << "/predivide";
+  if (w.overflow == fusedcoll::Overflow::ieee) os << "/ieee";
+  return os.str();
+}
 
 /// AllReduce of `count` random values (f32 of mixed magnitudes; full-range integers, so sums wrap).
 inline void add_all_reduce(Cases& cases, int P, std::int64_t count, DType dt, ReduceOp op,
-                    AllReduceAlgo algo, bool in_place, std::uint64_t seed) {
+                           AllReduceAlgo algo, bool in_place, std::uint64_t seed,
+                           CompressionOptions w = {}) {
   const std::size_t bytes = count * esize(dt);
   Layout L;
   const std::size_t send_at = L.add(bytes), recv_at = in_place ? send_at : L.add(bytes);
   std::ostringstream what;
   what << "all_reduce P=" << P << " count=" << count << " " << dt << " " << to_string(op) << " "
-       << to_string(algo) << (in_place ? " in-place" : "") << " seed=" << seed;
+       << to_string(algo) << wire_str(w) << (in_place ? " in-place" : "") << " seed=" << seed;
   add_case<AllReduceArgs>(
       cases, what.str(), std::vector<std::size_t>(P, L.size),
       [=](int r, unsigned char* m) {
         fusedcoll::fill_values(m + send_at, count, dt, seed, 1, r, ValueMode::random);
       },
       [=](int, unsigned char* m) {
-        return AllReduceArgs{m + send_at, m + recv_at, count, dt, op, algo};
+        return AllReduceArgs{m + send_at, m + recv_at, count, dt, op, algo, w};
       });
 }
 
 /// All-to-All(v) with uneven counts (zeros included) and displacements in shuffled order, with
 /// gaps. `scale` multiplies the counts.
-inline void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, std::uint64_t seed) {
+inline void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, std::uint64_t seed,
+                            CompressionOptions w = {}) {
   const std::size_t e = esize(dt);
   // c[r][q]: elements r sends to q.
   std::vector<std::vector<std::int64_t>> c(P, std::vector<std::int64_t>(P));
@@ -202,7 +218,8 @@ inline void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, s
     sizes[r] = L.size;
   }
   std::ostringstream what;
-  what << "all_to_allv P=" << P << " " << dt << " scale=" << scale << " seed=" << seed;
+  what << "all_to_allv P=" << P << " " << dt << " scale=" << scale << wire_str(w)
+       << " seed=" << seed;
   add_case<AllToAllvArgs>(
       cases, what.str(), sizes,
       [=](int r, unsigned char* m) {
@@ -221,6 +238,7 @@ inline void add_all_to_allv(Cases& cases, int P, DType dt, std::int64_t scale, s
         }
         a.send_displs = sdispl[r];
         a.recv_displs = rdispl[r];
+        a.wire = w;
         return a;
       });
 }
@@ -237,13 +255,13 @@ inline std::vector<std::int64_t> uneven(int P, int kind, std::int64_t scale, std
   return n;
 }
 
-std::int64_t offset_of(const std::vector<std::int64_t>& n, int rank) {
+inline std::int64_t offset_of(const std::vector<std::int64_t>& n, int rank) {
   std::int64_t at = 0;
   for (int q = 0; q < rank; ++q) at += n[q];
   return at;
 }
 
-std::string counts_str(const std::vector<std::int64_t>& n) {
+inline std::string counts_str(const std::vector<std::int64_t>& n) {
   std::ostringstream os;
   os << "[";
   for (std::size_t i = 0; i < n.size(); ++i) os << (i ? "," : "") << n[i];
@@ -251,8 +269,9 @@ std::string counts_str(const std::vector<std::int64_t>& n) {
   return os.str();
 }
 
-inline void add_reduce_scatter(Cases& cases, const std::vector<std::int64_t>& n, DType dt, ReduceOp op,
-                        bool in_place, std::uint64_t seed) {
+inline void add_reduce_scatter(Cases& cases, const std::vector<std::int64_t>& n, DType dt,
+                               ReduceOp op, bool in_place, std::uint64_t seed,
+                               CompressionOptions w = {}) {
   const int P = static_cast<int>(n.size());
   const std::size_t e = esize(dt);
   const std::int64_t total = offset_of(n, P);
@@ -266,19 +285,19 @@ inline void add_reduce_scatter(Cases& cases, const std::vector<std::int64_t>& n,
   }
   std::ostringstream what;
   what << "reduce_scatter counts=" << counts_str(n) << " " << dt << " " << to_string(op)
-       << (in_place ? " in-place" : "") << " seed=" << seed;
+       << wire_str(w) << (in_place ? " in-place" : "") << " seed=" << seed;
   add_case<ReduceScatterArgs>(
       cases, what.str(), sizes,
       [=](int r, unsigned char* m) {
         fusedcoll::fill_values(m + send_at, total, dt, seed, 3, r, ValueMode::random);
       },
       [=](int r, unsigned char* m) {
-        return ReduceScatterArgs{m + send_at, m + recv_at[r], n, dt, op};
+        return ReduceScatterArgs{m + send_at, m + recv_at[r], n, dt, op, w};
       });
 }
 
-inline void add_all_gather(Cases& cases, const std::vector<std::int64_t>& n, DType dt, bool in_place,
-                    std::uint64_t seed) {
+inline void add_all_gather(Cases& cases, const std::vector<std::int64_t>& n, DType dt,
+                           bool in_place, std::uint64_t seed, CompressionOptions w = {}) {
   const int P = static_cast<int>(n.size());
   const std::size_t e = esize(dt);
   const std::int64_t total = offset_of(n, P);
@@ -291,15 +310,15 @@ inline void add_all_gather(Cases& cases, const std::vector<std::int64_t>& n, DTy
     sizes[r] = L.size;
   }
   std::ostringstream what;
-  what << "all_gather counts=" << counts_str(n) << " " << dt << (in_place ? " in-place" : "")
-       << " seed=" << seed;
+  what << "all_gather counts=" << counts_str(n) << " " << dt << wire_str(w)
+       << (in_place ? " in-place" : "") << " seed=" << seed;
   add_case<AllGatherArgs>(
       cases, what.str(), sizes,
       [=](int r, unsigned char* m) {
         fusedcoll::fill_values(m + send_at[r], n[r], dt, seed, 4, r, ValueMode::random);
       },
       [=](int r, unsigned char* m) {
-        return AllGatherArgs{m + send_at[r], m + recv_at, n, dt};
+        return AllGatherArgs{m + send_at[r], m + recv_at, n, dt, w};
       });
 }
 

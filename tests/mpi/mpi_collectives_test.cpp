@@ -1,9 +1,9 @@
-// fusedcoll's collectives on the MPI backend against ref/, bit for bit. Every rank builds every
-// rank's memory block (inputs are pure functions of seed, stream and rank), runs the MPI
-// collective on its own block, runs ref/ over all blocks, and memcmps its own block whole: the
-// output must match, inputs must be left alone (except in place), and nothing outside the
-// receive regions may be written (gaps are poisoned). Many cases run back to back on one
-// communicator, which also exercises window growth and cumulative signal targets.
+// fusedcoll's collectives on the MPI backend, plain and with compressed wires, against ref/, bit
+// for bit. Every rank builds every rank's memory block (inputs are pure functions of seed, stream
+// and rank), runs the MPI collective on its own block, runs ref/ over all blocks, and memcmps its
+// own block whole: the output must match, inputs must be left alone (except in place), and nothing
+// outside the receive regions may be written (gaps are poisoned). Many cases run back to back on
+// one communicator, which also exercises window growth and cumulative signal targets.
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 #include "fusedcoll/collectives.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
-#include "tests/common/collective_cases.hpp"
+#include "tests/common/compressed_cases.hpp"
 #include "tests/mpi/mpi_world.hpp"
 
 namespace {
@@ -131,6 +131,19 @@ TEST(MpiCollectives, BroadcastMatchesRef) {
         for (bool in_place : {false, true})
           add_broadcast(cases, P, count, dt, root, in_place, ++seed);
   add_broadcast(cases, P, 70001, DType::f16, P - 1, false, ++seed);
+  run_cases(cases);
+}
+
+// The compressed wires (docs/compression.md): every format and scaling, the amax agreed over MPI.
+TEST(MpiCollectives, CompressedMatchRef) {
+  Cases cases;
+  add_compressed(cases, world_size(), 1000 + world_size());
+  run_cases(cases);
+}
+
+TEST(MpiCollectives, CompressedLargeMatchRef) {
+  Cases cases;
+  add_compressed_large(cases, world_size(), 2000);
   run_cases(cases);
 }
 

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +25,7 @@
 
 namespace {
 
+using fusedcoll::AllReduceAlgo;
 using fusedcoll::Communicator;
 using fusedcoll::DType;
 using fusedcoll::EmbeddingProblem;
@@ -30,6 +33,7 @@ using fusedcoll::GemmProblem;
 using fusedcoll::GemvProblem;
 using fusedcoll::Mode;
 using fusedcoll::PoolingMode;
+using fusedcoll::ReduceOp;
 using fusedcoll::ValueMode;
 
 constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out};
@@ -362,17 +366,43 @@ TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
   check_gemm(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
 }
 
-TEST(MpiAgreement, CompressedWireIsRejectedOnEveryRank) {
-  std::vector<float> send(64, 1.0f), recv(64, 0.0f);
-  fusedcoll::AllReduceArgs args{.send = send.data(), .recv = recv.data(), .count = 64};
-  args.wire.format = fusedcoll::WireFormat::f16;
-  try {
-    fusedcoll::all_reduce(fctest::world(), args);
-    ADD_FAILURE() << "rank " << me() << ": a compressed AllReduce ran uncompressed";
-  } catch (const fusedcoll::UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("wire compression (f16)"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(recv, std::vector<float>(64, 0.0f)) << "rank " << me() << ": output written";
+// A NaN in the data with a scaled FP8 wire: the agreed amax is NaN, and every rank rejects the
+// call (as ref/ does) before any data moves; the communicator stays usable.
+TEST(MpiAgreement, NanAmaxOfACompressedWireIsInvalidOnEveryRank) {
+  const int P = world_size();
+  std::vector<float> send(10, 1.0f), recv(10, 0.0f);
+  if (me() == P - 1) send[4] = NAN;
+  const fusedcoll::CompressionOptions fp8{.format = fusedcoll::WireFormat::fp8_e4m3};
+  expect_invalid(
+      [&] {
+        fusedcoll::all_reduce(fctest::world(), {send.data(), recv.data(), 10, DType::f32,
+                                                ReduceOp::sum, AllReduceAlgo::ring, fp8});
+      },
+      "amax");
+  EXPECT_EQ(recv, std::vector<float>(10, 0.0f)) << "rank " << me() << ": output written";
+  send[4] = 2.0f;
+  // pow2 scale 64: every value and partial sum (up to 2P) is exact in E4M3 for P <= 4.
+  fusedcoll::all_reduce(fctest::world(),
+                        {send.data(), recv.data(), 10, DType::f32, ReduceOp::sum,
+                         AllReduceAlgo::ring, {.format = fusedcoll::WireFormat::fp8_e4m3,
+                                               .pow2_scale = true}});
+  EXPECT_EQ(recv[4], 2.0f * P);
+  EXPECT_EQ(recv[0], 1.0f * P);
+}
+
+// Ranks that disagree on the wire options fail on every rank before anything moves.
+TEST(MpiAgreement, MismatchedWireIsInvalidOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> send(10, 1.0f), recv(10, 0.0f);
+  const fusedcoll::CompressionOptions w{
+      .format = me() == 0 ? fusedcoll::WireFormat::f16 : fusedcoll::WireFormat::bf16};
+  expect_invalid(
+      [&] {
+        fusedcoll::all_reduce(fctest::world(), {send.data(), recv.data(), 10, DType::f32,
+                                                ReduceOp::sum, AllReduceAlgo::direct, w});
+      },
+      "wire format");
+  EXPECT_EQ(recv, std::vector<float>(10, 0.0f)) << "rank " << me() << ": output written";
   check_gemm(fctest::world(), gemm_problem(world_size(), 2, 79), Mode::scale_out);
 }
 

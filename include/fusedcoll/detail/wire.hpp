@@ -59,6 +59,14 @@ void wire_round_trip(const WirePlan& plan, float* x, std::int64_t first, std::in
 std::vector<float> contribution(const void* send, std::int64_t count, ReduceOp op,
                                 const CompressionOptions& opts, int world_size);
 
+/// The contribution as a backend reads it: `send` itself when that holds the same values, so that
+/// a large call neither allocates nor copies its input; else `contribution(...)` in `storage` —
+/// when `avg` predivides, or when the call is in place (its output overwrites the input while the
+/// schedule may still read it).
+const float* contribution_view(const void* send, bool in_place, std::int64_t count, ReduceOp op,
+                               const CompressionOptions& opts, int world_size,
+                               std::vector<float>& storage);
+
 /// Whether the reduced result still needs the `avg` division (not predivided).
 inline bool divides_after(ReduceOp op, const CompressionOptions& opts) {
   return op == ReduceOp::avg && !opts.predivide;

@@ -1,0 +1,363 @@
+// The compressed-wire collectives on MPI (docs/compression.md): the schedules of collectives.cpp
+// with encoded bytes in the puts. Every encode and decode happens at the point and element index
+// ref/compressed.cpp names, with the scales agreed from every rank's amax, so each rank's output
+// is ref/'s bit for bit. Encoding is element-wise (the scale depends on the element's index only),
+// so workgroups split runs into pieces freely.
+//
+// Windows hold wire bytes only. What a rank puts is first encoded into a staging area of its own
+// window: it is reused from call to call (no allocation per call), and it stays valid until the
+// signal's flush has completed the put.
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <vector>
+
+#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/wire.hpp"
+#include "mpi/ops.hpp"
+
+namespace fusedcoll::mpi {
+namespace {
+
+using fusedcoll::detail::WirePlan;
+using std::int64_t;
+
+std::size_t wbytes(int64_t elems, const WirePlan& plan) {
+  return static_cast<std::size_t>(elems) * plan.elem();
+}
+
+/// `f(offset, length)` over [0, count) in pieces of kFoldPiece, spread over the workgroups once
+/// the work is large enough to pay for waking them.
+template <class F>
+void for_pieces(Runtime& rt, int64_t count, F&& f) {
+  const int64_t pieces = ceil_div(count, kFoldPiece);
+  const int grid = rt.grid_for_bytes(fbytes(count), static_cast<std::size_t>(pieces));
+  rt.launch(grid, [&](int w) {
+    for (int64_t i = w; i < pieces; i += grid) {
+      const int64_t o = i * kFoldPiece;
+      f(o, std::min(kFoldPiece, count - o));
+    }
+  });
+}
+
+/// A workgroup's f32 scratch for one piece (`which` of two), kept across calls: pieces are
+/// kFoldPiece floats, 128 KiB, where a fresh vector each time would be an mmap and page faults.
+float* piece_buffer(int which, int64_t n) {
+  thread_local std::vector<float> buf[2];
+  auto& b = buf[which];
+  if (b.size() < static_cast<std::size_t>(n)) b.resize(static_cast<std::size_t>(n));
+  return b.data();
+}
+
+/// The amax reduction: max, and NaN wins, so that non-finite data is rejected on every rank.
+void nan_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const float*>(in);
+  auto* b = static_cast<float*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (std::isnan(a[i]) || (!std::isnan(b[i]) && a[i] > b[i])) b[i] = a[i];
+}
+
+MPI_Op nan_max_op() {
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    FC_CHECK_MPI(MPI_Op_create(&nan_max, /*commute=*/1, &o));
+    return o;
+  }();
+  return op;
+}
+
+/// A run of this rank's f32 values whose element indices start at `first`.
+struct Run {
+  const float* data;
+  int64_t first;
+  int64_t length;
+};
+
+/// Agrees the scales of one call: this rank's amax table of `runs`, one max-AllReduce of the
+/// tables, then the plan. Tables are padded to the one length every rank computes from the agreed
+/// arguments (`indices`: the largest index range of any rank), so they line up element-wise; the
+/// padding is 0, the identity of the max. Part of the agreement: a NaN or infinite amax throws
+/// `InvalidArgument` on every rank alike, before any data moves, and the communicator stays
+/// usable.
+WirePlan agree_plan(Runtime& rt, const CompressionOptions& wire, const std::vector<Run>& runs,
+                    int64_t indices, float headroom) {
+  std::vector<float> table = fusedcoll::detail::empty_amax(wire);
+  for (const Run& r : runs)
+    fusedcoll::detail::accumulate_amax(wire, table, r.data, r.first, r.length);
+  if (resolved_scaling(wire) == Scaling::per_block)
+    table.resize(static_cast<std::size_t>(ceil_div(indices, wire.block)), 0.0f);
+  if (!table.empty()) {
+    FC_CHECK_INTERNAL(table.size() <= static_cast<std::size_t>(INT_MAX), "amax table of ",
+                      table.size(), " entries");
+    std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+    FC_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, table.data(), static_cast<int>(table.size()),
+                                MPI_FLOAT, nan_max_op(), rt.comm(), &req[0]));
+    rt.wait_requests(req, "every rank's amax table (the scales of the compressed wire)");
+  }
+  rt.set_agreement(true);
+  WirePlan plan = fusedcoll::detail::make_plan(wire, table, headroom);
+  rt.set_agreement(false);
+  return plan;
+}
+
+/// Every rank's contribution to part q (offsets `off`, lengths `len` of `y`) goes encoded to
+/// owner q's inbox, row = sender; the owner decodes every row (its own included: its part is
+/// encoded into its staging area too) and folds them in rank order in f32, then divides for a
+/// non-predivided `avg`. `done(offset, n, acc)` receives each finished piece of this rank's part.
+/// Window: [ inbox: P rows of max(len) | staging: the whole of y ], from `base`.
+template <class Done>
+void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const float* y,
+                  const std::vector<int64_t>& off, const std::vector<int64_t>& len, ReduceOp op,
+                  const CompressionOptions& wire, const WirePlan& plan, Done&& done) {
+  const int P = rt.size(), me = rt.rank();
+  const int64_t maxc = *std::max_element(len.begin(), len.end());
+  const std::size_t inbox_at = base, stage_at = base + wbytes(maxc * P, plan);
+  const int in = rt.slots(key, P);
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(fbytes(off[P]), static_cast<std::size_t>(P));
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P; j += grid) {
+      const int q = order[j];
+      char* enc = rt.data() + stage_at + wbytes(off[q], plan);
+      fusedcoll::detail::wire_encode(plan, y + off[q], off[q], len[q], enc);
+      if (q == me) continue;
+      rt.put(q, inbox_at + wbytes(int64_t{me} * maxc, plan), enc, wbytes(len[q], plan));
+      rt.signal(q, in + me);
+    }
+  });
+  wait_all_peers(rt, in, key.c_str());
+  const int64_t first = off[me];
+  for_pieces(rt, len[me], [&](int64_t o, int64_t n) {
+    float* acc = piece_buffer(0, n);
+    float* val = piece_buffer(1, n);
+    for (int p = 0; p < P; ++p) {
+      const char* row = p == me ? rt.data() + stage_at + wbytes(first + o, plan)
+                                : rt.data() + inbox_at + wbytes(int64_t{p} * maxc + o, plan);
+      fusedcoll::detail::wire_decode(plan, row, first + o, n, p == 0 ? acc : val);
+      if (p > 0) fusedcoll::detail::reduce_into(acc, val, n, DType::f32, op);
+    }
+    if (fusedcoll::detail::divides_after(op, wire))
+      fusedcoll::detail::finish_average(acc, n, DType::f32, P);
+    done(o, n, acc);
+  });
+}
+
+/// AllReduce's last phase: each owner's finished chunk, encoded once at its place in the gather
+/// area (`gather_at`, `count` wire elements), goes to every rank; every rank, the owner included,
+/// decodes every chunk into `recv`.
+void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const WirePlan& plan,
+                    float* recv) {
+  const int P = rt.size(), me = rt.rank();
+  const Chunk mine = chunk_of(count, P, me);
+  const int out = rt.slots("all_reduce.wire.out", P);
+  char* gathered = rt.data() + gather_at;
+  put_to_all(rt, gather_at + wbytes(mine.offset, plan), gathered + wbytes(mine.offset, plan),
+             wbytes(mine.length, plan), out);
+  for (int p : remote_first(me, P)) {
+    if (p == me) continue;
+    rt.wait(out + p, rt.expect(out + p, 1), detail::make_string("all_reduce.wire.out[", p, "]"));
+    const Chunk ch = chunk_of(count, P, p);
+    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan), ch.offset + o,
+                                     n, recv + ch.offset + o);
+    });
+  }
+}
+
+/// Encodes the finished piece `acc` of the chunk at `offset` into the gather area and decodes it
+/// into `recv`: the owner gets its own chunk through the wire like everyone else.
+void finish_piece(Runtime& rt, std::size_t gather_at, const WirePlan& plan, int64_t at,
+                  int64_t n, const float* acc, float* recv) {
+  char* fin = rt.data() + gather_at + wbytes(at, plan);
+  fusedcoll::detail::wire_encode(plan, acc, at, n, fin);
+  fusedcoll::detail::wire_decode(plan, fin, at, n, recv + at);
+}
+
+void all_reduce_direct_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
+                            const WirePlan& plan) {
+  const int P = rt.size(), me = rt.rank();
+  std::vector<int64_t> off(P + 1, 0), len(P);
+  for (int c = 0; c < P; ++c) {
+    const Chunk ch = chunk_of(a.count, P, c);
+    off[c] = ch.offset;
+    len[c] = ch.length;
+  }
+  off[P] = a.count;
+  // [ gather: count | inbox: P x maxc | staging: count ]
+  rt.reserve(wbytes(a.count + len[0] * P + a.count, plan));
+  auto* recv = static_cast<float*>(a.recv);
+  owner_reduce(rt, "all_reduce.direct.wire.in", wbytes(a.count, plan), y, off, len, a.op, a.wire,
+               plan, [&](int64_t o, int64_t n, const float* acc) {
+                 finish_piece(rt, 0, plan, off[me] + o, n, acc, recv);
+               });
+  gather_encoded(rt, 0, a.count, plan, recv);
+}
+
+/// The ring fold of ref/compressed.cpp: chunk c's running value leaves rank c + 1 encoded; each
+/// later rank decodes it, adds its own f32 value (received value on the left) and re-encodes it,
+/// until rank c finishes it. Then the direct all-gather of the encoded finished chunks.
+void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
+                          const WirePlan& plan) {
+  const int P = rt.size(), me = rt.rank();
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int64_t maxc = chunk_of(a.count, P, 0).length;
+  // [ gather: count | one mailbox per step: (P - 1) x maxc | staging: maxc ]
+  const std::size_t gather_at = 0, step_at = wbytes(a.count, plan),
+                    stage_at = step_at + wbytes(maxc * (P - 1), plan);
+  rt.reserve(stage_at + wbytes(maxc, plan));
+  const int step = rt.slots("all_reduce.ring.wire", P - 1);
+  auto* recv = static_cast<float*>(a.recv);
+  char* stage = rt.data() + stage_at;
+  {
+    const Chunk ch = chunk_of(a.count, P, prev);
+    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_encode(plan, y + ch.offset + o, ch.offset + o, n,
+                                     stage + wbytes(o, plan));
+    });
+    rt.put(next, step_at, stage, wbytes(ch.length, plan));
+    rt.signal(next, step + 0);
+  }
+  for (int s = 0; s + 1 < P; ++s) {
+    const Chunk ch = chunk_of(a.count, P, ((me - 2 - s) % P + 2 * P) % P);
+    const bool last = s + 2 == P;
+    rt.wait(step + s, rt.expect(step + s, 1),
+            detail::make_string("all_reduce.ring.wire step ", s, " from rank ", prev));
+    const char* got = rt.data() + step_at + wbytes(maxc * s, plan);
+    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
+      const int64_t at = ch.offset + o;
+      float* acc = piece_buffer(0, n);
+      fusedcoll::detail::wire_decode(plan, got + wbytes(o, plan), at, n, acc);
+      fusedcoll::detail::reduce_into(acc, y + at, n, DType::f32, a.op);
+      if (!last) {
+        fusedcoll::detail::wire_encode(plan, acc, at, n, stage + wbytes(o, plan));
+        return;
+      }
+      if (fusedcoll::detail::divides_after(a.op, a.wire))
+        fusedcoll::detail::finish_average(acc, n, DType::f32, P);
+      finish_piece(rt, gather_at, plan, at, n, acc, recv);
+    });
+    if (!last) {
+      rt.put(next, step_at + wbytes(maxc * (s + 1), plan), stage, wbytes(ch.length, plan));
+      rt.signal(next, step + s + 1);
+    }
+  }
+  gather_encoded(rt, gather_at, a.count, plan, recv);
+}
+
+}  // namespace
+
+void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
+  const int P = rt.size();
+  std::vector<float> storage;
+  const float* y = fusedcoll::detail::contribution_view(
+      args.send, args.send == args.recv, args.count, args.op, args.wire, P, storage);
+  const WirePlan plan = agree_plan(rt, args.wire, {{y, 0, args.count}}, args.count,
+                                   fusedcoll::detail::reduction_headroom(args.op, P));
+  if (args.count == 0) return;
+  if (args.algo == AllReduceAlgo::ring && P > 1)
+    all_reduce_ring_wire(rt, args, y, plan);
+  else
+    all_reduce_direct_wire(rt, args, y, plan);
+}
+
+void reduce_scatter_wire(Runtime& rt, const ReduceScatterArgs& args) {
+  const int P = rt.size(), me = rt.rank();
+  const std::vector<int64_t> off = offsets_of(args.recv_counts);
+  const int64_t total = off[P];
+  // In place for ReduceScatter means recv inside send: compare by overlap, not equality.
+  const auto* send = static_cast<const float*>(args.send);
+  auto* recv = static_cast<float*>(args.recv);
+  const bool overlaps = recv < send + total && send < recv + args.recv_counts[me];
+  std::vector<float> storage;
+  const float* y = fusedcoll::detail::contribution_view(args.send, overlaps, total, args.op,
+                                                        args.wire, P, storage);
+  const WirePlan plan = agree_plan(rt, args.wire, {{y, 0, total}}, total,
+                                   fusedcoll::detail::reduction_headroom(args.op, P));
+  if (total == 0) return;
+  const int64_t maxc = *std::max_element(args.recv_counts.begin(), args.recv_counts.end());
+  rt.reserve(wbytes(maxc * P + total, plan));
+  owner_reduce(rt, "reduce_scatter.wire.in", 0, y, off, args.recv_counts, args.op, args.wire, plan,
+               [&](int64_t o, int64_t n, const float* acc) {
+                 copy_bytes(recv + o, acc, fbytes(n));
+               });
+}
+
+void all_gather_wire(Runtime& rt, const AllGatherArgs& args) {
+  const int P = rt.size(), me = rt.rank();
+  const std::vector<int64_t> off = offsets_of(args.recv_counts);
+  const int64_t n_me = args.recv_counts[me];
+  const auto* send = static_cast<const float*>(args.send);
+  auto* recv = static_cast<float*>(args.recv);
+  const int64_t longest = *std::max_element(args.recv_counts.begin(), args.recv_counts.end());
+  // Block indices restart at 0 in every rank's contribution.
+  const WirePlan plan = agree_plan(rt, args.wire, {{send, 0, n_me}}, longest, 1.0f);
+  if (off[P] == 0) return;
+  rt.reserve(wbytes(off[P], plan));
+  const int slot = rt.slots("all_gather.wire", P);
+  char* box = rt.data();
+  // Encoded before anything is decoded into recv, which an in-place send lies inside.
+  for_pieces(rt, n_me, [&](int64_t o, int64_t n) {
+    fusedcoll::detail::wire_encode(plan, send + o, o, n, box + wbytes(off[me] + o, plan));
+  });
+  if (P > 1) put_to_all(rt, wbytes(off[me], plan), box + wbytes(off[me], plan), wbytes(n_me, plan), slot);
+  for (int p : remote_first(me, P)) {
+    if (p != me)
+      rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_gather.wire[", p, "]"));
+    for_pieces(rt, args.recv_counts[p], [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, box + wbytes(off[p] + o, plan), o, n, recv + off[p] + o);
+    });
+  }
+}
+
+void all_to_allv_wire(Runtime& rt, const AllToAllvArgs& args,
+                      const std::vector<AllToAllvArgs>& all) {
+  const int P = rt.size(), me = rt.rank();
+  const auto* send = static_cast<const float*>(args.send);
+  auto* recv = static_cast<float*>(args.recv);
+  // Window: [ inbox: the largest receive area of any rank | staging: the largest send total ].
+  int64_t inbox = 0, staging = 0, longest = 0;
+  for (int q = 0; q < P; ++q) {
+    inbox = std::max(inbox, offsets_of(all[q].recv_counts)[P]);
+    staging = std::max(staging, offsets_of(all[q].send_counts)[P]);
+    for (int64_t n : all[q].send_counts) longest = std::max(longest, n);
+  }
+  std::vector<Run> runs;
+  for (int q = 0; q < P; ++q)
+    runs.push_back({send + args.send_displs[q], 0, args.send_counts[q]});
+  // Block indices restart at 0 in every segment.
+  const WirePlan plan = agree_plan(rt, args.wire, runs, longest, 1.0f);
+  if (inbox == 0) return;
+  rt.reserve(wbytes(inbox + staging, plan));
+  const int slot = rt.slots("all_to_allv.wire", P);
+  const std::vector<int64_t> sent_at = offsets_of(args.send_counts);
+  const std::vector<int64_t> mine = offsets_of(args.recv_counts);
+  char* stage = rt.data() + wbytes(inbox, plan);
+  const std::vector<int> order = remote_first(me, P);
+  const int grid = rt.grid_for_bytes(fbytes(sent_at[P]), static_cast<std::size_t>(P));
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P; j += grid) {
+      const int q = order[j];
+      const int64_t n = args.send_counts[q];
+      char* enc = stage + wbytes(sent_at[q], plan);
+      fusedcoll::detail::wire_encode(plan, send + args.send_displs[q], 0, n, enc);
+      if (q == me) {
+        fusedcoll::detail::wire_decode(plan, enc, 0, n, recv + args.recv_displs[me]);
+        continue;
+      }
+      rt.put(q, wbytes(offsets_of(all[q].recv_counts)[me], plan), enc, wbytes(n, plan));
+      rt.signal(q, slot + me);
+    }
+  });
+  // Each segment is decoded as soon as it has landed, in the order the peers send to us.
+  for (int j = P - 2; j >= 0; --j) {
+    const int p = order[j];
+    rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_to_allv.wire[", p, "]"));
+    for_pieces(rt, args.recv_counts[p], [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, rt.data() + wbytes(mine[p] + o, plan), o, n,
+                                     recv + args.recv_displs[p] + o);
+    });
+  }
+}
+
+}  // namespace fusedcoll::mpi
