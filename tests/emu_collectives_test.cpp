@@ -280,34 +280,8 @@ TEST(EmuCollectivesSemantics, SpecialValuesFollowTheFoldOrder) {
     const std::int64_t count = 97;
     std::uint64_t seed = 900;
     for (ReduceOp op : kOps)
-      for (AllReduceAlgo algo : kAlgos) {
-        add_all_reduce(cases, P, count, DType::f32, op, algo, false, ++seed);
-        // Overwrite part of the inputs with special values, differently per rank.
-        Case& c = *cases.back();
-        for (int r = 0; r < P; ++r) {
-          auto* f = reinterpret_cast<float*>(c.got[r].data());
-          for (std::int64_t i = 0; i < count; ++i) {
-            const std::uint64_t h = fusedcoll::hash_draw(seed, 12, r, i);
-            switch (h % 6) {
-              case 0:
-                f[i] = std::bit_cast<float>(0x7FC00000u | std::uint32_t(r * 64 + i));
-                break;
-              case 1:
-                f[i] = std::bit_cast<float>(0xFF800001u + std::uint32_t(r));
-                break;  // sNaN
-              case 2:
-                f[i] = (h >> 8) % 2 ? 0.0f : -0.0f;
-                break;
-              case 3:
-                f[i] = (h >> 8) % 2 ? INFINITY : -INFINITY;
-                break;
-              default:
-                break;
-            }
-          }
-          c.ref[r] = c.got[r];
-        }
-      }
+      for (AllReduceAlgo algo : kAlgos)
+        add_special_values_all_reduce(cases, P, count, op, algo, ++seed);
     for (ReduceOp op : kOps) {
       ++seed;
       add_reduce_scatter(cases, uneven(P, 2, 40, seed), DType::f32, op, false, seed);

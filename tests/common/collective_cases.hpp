@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -179,6 +181,38 @@ inline void add_all_reduce(Cases& cases, int P, std::int64_t count, DType dt, Re
       [=](int, unsigned char* m) {
         return AllReduceArgs{m + send_at, m + recv_at, count, dt, op, algo, w};
       });
+}
+
+/// An f32 AllReduce whose inputs hold NaN payloads (quiet and signalling), signed zeros and
+/// infinities, differently per rank: the fold order becomes visible in the bits.
+inline void add_special_values_all_reduce(Cases& cases, int P, std::int64_t count, ReduceOp op,
+                                          AllReduceAlgo algo, std::uint64_t seed) {
+  add_all_reduce(cases, P, count, DType::f32, op, algo, false, seed);
+  Case& c = *cases.back();
+  for (int r = 0; r < P; ++r) {
+    // The send region is the block's first.
+    auto* f = reinterpret_cast<float*>(c.got[r].data());
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::uint64_t h = fusedcoll::hash_draw(seed, 12, r, i);
+      switch (h % 6) {
+        case 0:
+          f[i] = std::bit_cast<float>(0x7FC00000u | std::uint32_t(r * 64 + i));
+          break;
+        case 1:
+          f[i] = std::bit_cast<float>(0xFF800001u + std::uint32_t(r));  // signalling
+          break;
+        case 2:
+          f[i] = (h >> 8) % 2 ? 0.0f : -0.0f;
+          break;
+        case 3:
+          f[i] = (h >> 8) % 2 ? INFINITY : -INFINITY;
+          break;
+        default:
+          break;
+      }
+    }
+    c.ref[r] = c.got[r];
+  }
 }
 
 /// All-to-All(v) with uneven counts (zeros included) and displacements in shuffled order, with
