@@ -10,6 +10,7 @@
 
 #include "emu/runtime.hpp"
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/detail/schedule.hpp"
 #include "ref/validate.hpp"
 
 namespace fusedcoll::emu::ops {
@@ -51,12 +52,7 @@ inline int grid_for(const Rank& rk, std::size_t work) {
   return static_cast<int>(std::clamp<std::size_t>(work, 1, rk.max_resident_wgs()));
 }
 
-/// Which tiles go first: peers in the order rank+1, rank+2, ..., the local rank last, so that
-/// remote data leaves as early as possible (communication-aware order).
-inline std::vector<int> remote_first(int rank, int size) {
-  std::vector<int> order;
-  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
-  return order;
-}
+/// The communication-aware order of the kernels' peers (detail/schedule.hpp).
+using fusedcoll::detail::remote_first;
 
 }  // namespace fusedcoll::emu::ops

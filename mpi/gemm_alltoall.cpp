@@ -19,134 +19,19 @@
 #include <cstring>
 #include <vector>
 
-#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/gemm_plan.hpp"
 #include "mpi/ops.hpp"
 
 namespace fusedcoll::mpi {
 namespace {
 
-constexpr std::int64_t kRowBlock = 16;
-constexpr std::int64_t kColBlock = 64;
+using namespace fusedcoll::detail::gemm;  // Plan, Tile, compute_tile
 
 /// This rank's output.
 struct OutRef {
   float* data = nullptr;
   std::int64_t ld = 0;  // row stride in elements
 };
-
-/// One tile: local expert `j`, rows `[r0, r1)` of the c[s][e] rows source `s` routed to it,
-/// columns `[n0, n1)`.
-struct Tile {
-  int s = 0;
-  int j = 0;
-  std::int64_t r0 = 0, r1 = 0, n0 = 0, n1 = 0;
-};
-
-/// Everything the agreed arguments say about the whole problem. Row counts are in rows of N
-/// floats.
-struct Plan {
-  int P = 1;
-  int me = 0;
-  std::int64_t E = 0, K = 0, N = 0;
-  std::vector<int> host;
-  std::vector<std::int64_t> counts;
-  std::vector<std::vector<int>> experts_of;     // [P]: experts hosted, increasing id
-  std::vector<std::vector<std::int64_t>> a0;    // [P][E]: first row of s's block in A_e
-  std::vector<std::vector<std::int64_t>> o0;    // [P][E]: first row of e's block in output_s
-  std::vector<std::vector<std::int64_t>> so;    // [P][E]: e's rows within host[e]'s slice for s
-  std::vector<std::vector<std::int64_t>> rows;  // [h][s]: rows h computes for s
-  std::vector<std::vector<std::int64_t>>
-      stage_at;  // [h][s]: where h's slice for s starts in h's stage
-  std::vector<std::vector<std::int64_t>> recv_at;  // [h][s]: where h's slice starts in s's recv
-
-  Plan(const GemmAllToAllArgs& a, int rank, int size)
-      : P(size),
-        me(rank),
-        E(static_cast<std::int64_t>(a.host.size())),
-        K(a.k),
-        N(a.n),
-        host(a.host),
-        counts(a.counts),
-        experts_of(size),
-        a0(size, std::vector<std::int64_t>(E, 0)),
-        o0(size, std::vector<std::int64_t>(E, 0)),
-        so(size, std::vector<std::int64_t>(E, 0)),
-        rows(size, std::vector<std::int64_t>(size, 0)),
-        stage_at(size, std::vector<std::int64_t>(size, 0)),
-        recv_at(size, std::vector<std::int64_t>(size, 0)) {
-    for (std::int64_t e = 0; e < E; ++e) experts_of[host[e]].push_back(static_cast<int>(e));
-    for (int s = 0; s < P; ++s) {
-      std::int64_t o = 0;
-      for (std::int64_t e = 0; e < E; ++e) {
-        if (s + 1 < P) a0[s + 1][e] = a0[s][e] + c(s, e);
-        o0[s][e] = o;
-        o += c(s, e);
-        const int h = host[e];
-        so[s][e] = rows[h][s];
-        rows[h][s] += c(s, e);
-      }
-    }
-    for (int h = 0; h < P; ++h)
-      for (int s = 1; s < P; ++s) stage_at[h][s] = stage_at[h][s - 1] + rows[h][s - 1];
-    for (int s = 0; s < P; ++s)
-      for (int h = 1; h < P; ++h) recv_at[h][s] = recv_at[h - 1][s] + rows[h - 1][s];
-  }
-  std::int64_t c(int s, std::int64_t e) const {
-    return counts[static_cast<std::size_t>(s * E + e)];
-  }
-  /// Tiles host h computes for source s (the same formula on every rank).
-  std::int64_t tiles(int h, int s) const {
-    std::int64_t n = 0;
-    for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
-    return n * ceil_div(N, kColBlock);
-  }
-  /// Symmetric sizes in bytes, identical on every rank.
-  std::size_t stage_bytes() const {
-    std::int64_t most = 0;
-    for (int h = 0; h < P; ++h) most = std::max(most, stage_at[h][P - 1] + rows[h][P - 1]);
-    return static_cast<std::size_t>(most * N) * sizeof(float);
-  }
-  std::size_t recv_bytes() const {
-    std::int64_t most = 0;
-    for (int s = 0; s < P; ++s) most = std::max(most, recv_at[P - 1][s] + rows[P - 1][s]);
-    return static_cast<std::size_t>(most * N) * sizeof(float);
-  }
-  /// This rank's tiles of local expert j for source s.
-  void add_tiles(int s, int j, std::vector<Tile>& out) const {
-    for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
-      for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
-        out.push_back({s, j, r0, std::min(r0 + kRowBlock, c(s, experts_of[me][j])), n0,
-                       std::min(n0 + kColBlock, N)});
-  }
-  /// This rank's tiles for source s.
-  void add_tiles(int s, std::vector<Tile>& out) const {
-    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) add_tiles(s, j, out);
-  }
-  /// Expert by expert, and within an expert communication-aware: sources rank+1, rank+2, ...,
-  /// the local rank last. Expert-major keeps a WG on one weight panel (its column block of W_e)
-  /// for consecutive tiles, as in the unfused kernel: source-major order alternated experts
-  /// every tile at small row counts and measured up to ~20% slower (docs/results.md).
-  std::vector<Tile> fused_tiles() const {
-    std::vector<Tile> out;
-    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
-      for (int s : remote_first(me, P)) add_tiles(s, j, out);
-    return out;
-  }
-};
-
-/// Computes a tile with the shared kernel into `dst` (row stride `ldd`).
-void compute_tile(const Plan& pl, const LocalExpert& ex, const Tile& tl, float* dst,
-                  std::int64_t ldd) {
-  const int e = pl.experts_of[pl.me][tl.j];
-  const auto* a = static_cast<const float*>(ex.a.data());
-  const auto* w = static_cast<const float*>(ex.w.data());
-  const std::int64_t lda = ex.a.stride(0), ldw = ex.w.stride(0);
-  if (pl.K > 0) {  // with K == 0 neither matrix has elements (and may be null)
-    a += (pl.a0[tl.s][e] + tl.r0) * lda;
-    w += tl.n0;
-  }
-  fusedcoll::detail::gemm_tile(a, lda, w, ldw, dst, ldd, tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K);
-}
 
 /// Copies the slice host `h` sent this rank (its rows for us, expert by expert) into the output.
 void unpack(Runtime& rt, const Plan& pl, int h, const float* slice, const OutRef& out) {

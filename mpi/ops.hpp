@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/detail/schedule.hpp"
 #include "mpi/runtime.hpp"
 #include "ref/validate.hpp"
 
@@ -142,14 +143,8 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
   return all;
 }
 
-/// Which peers go first: rank+1, rank+2, ..., the local rank last, so remote data leaves early.
-inline std::vector<int> remote_first(int rank, int size) {
-  std::vector<int> order;
-  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
-  return order;
-}
-
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+using fusedcoll::detail::ceil_div;
+using fusedcoll::detail::remote_first;
 
 /// Bytes of `n` floats.
 inline std::size_t fbytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
