@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -75,6 +76,8 @@ class MpiBackend final : public Backend {
   }
 
   Runtime rt_;
+
+  friend class mpi::SymmetricBuffer;
 };
 
 [[noreturn]] void abort_job(int rank, const char* what) {
@@ -87,6 +90,23 @@ class MpiBackend final : public Backend {
 }
 
 }  // namespace
+
+SymmetricBuffer::SymmetricBuffer(Communicator& comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
+  auto* backend = dynamic_cast<MpiBackend*>(&comm.backend());
+  FC_ENFORCE(backend != nullptr,
+             "a SymmetricBuffer needs a communicator of the MPI backend (fusedcoll::mpi)");
+  Runtime& rt = backend->rt_;
+  rt.begin_call();
+  rt.set_activity("in SymmetricBuffer (allocating)");
+  id_ = rt.add_buffer(bytes, &data_);
+  if (bytes > 0) std::memset(data_, 0, bytes);
+  rt.set_activity("idle");
+}
+
+SymmetricBuffer::~SymmetricBuffer() {
+  // A failed runtime leaks the window rather than start a collective free its peers never join.
+  static_cast<MpiBackend&>(comm_.backend()).rt_.remove_buffer(id_);
+}
 
 Communicator make_communicator(MPI_Comm comm, const Options& options) {
   return Communicator(std::make_shared<MpiBackend>(comm, options));

@@ -94,9 +94,12 @@ void decode(Reader& r, BroadcastArgs& a);
 [[noreturn]] void throw_code(ErrorCode code, const std::string& message);
 
 /// The prologue of every call. Returns every rank's global fields (index = rank); local views in
-/// them are empty.
+/// them are empty. `extra` is rank-local information for the peers (not checked for agreement);
+/// every rank's lands in `extras` when given.
 template <class Args>
-std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
+std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args,
+                        const std::string& extra = {},
+                        std::vector<std::string>* extras = nullptr) {
   rt.begin_call();
   rt.set_agreement(true);
   rt.set_activity("in " + op + " (exchanging arguments)");
@@ -109,7 +112,10 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
   rec.str(op);
   rec.i64(static_cast<std::int64_t>(own.code));
   rec.str(own.message);
-  if (own.ok()) encode(rec, args);
+  if (own.ok()) {
+    encode(rec, args);
+    rec.str(extra);
+  }
   const std::vector<std::string> records = rt.exchange(rec.bytes());
 
   std::vector<Args> all(static_cast<std::size_t>(P));
@@ -136,6 +142,10 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args) {
                                                      " is invalid: ", status[r].message));
     }
   for (int r = 0; r < P; ++r) decode(readers[r], all[r]);
+  if (extras) {
+    extras->resize(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) (*extras)[r] = readers[r].str();
+  }
   for (int a = 0; a < P; ++a)
     for (int b = a + 1; b < P; ++b) check_consistent(all[a], a, all[b], b);
   rt.set_agreement(false);

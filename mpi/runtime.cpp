@@ -130,18 +130,66 @@ std::uint64_t Runtime::expect(int slot, std::uint64_t n) {
 void Runtime::put(int peer, std::size_t offset, const void* src, std::size_t bytes) {
   FC_CHECK_INTERNAL(offset + bytes <= data_bytes_, "put of ", bytes, " bytes at ", offset,
                     " past the data area (", data_bytes_, " bytes)");
+  put_bytes(win_, peer, static_cast<MPI_Aint>(kSlots * sizeof(std::uint64_t) + offset), src, bytes);
+}
+
+void Runtime::put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, std::size_t bytes) {
   const auto* p = static_cast<const char*>(src);
-  auto disp = static_cast<MPI_Aint>(kSlots * sizeof(std::uint64_t) + offset);
   // MPI counts are int: move very large regions in pieces.
   constexpr std::size_t kPiece = std::size_t{1} << 30;
   while (bytes > 0) {
     const std::size_t n = std::min(bytes, kPiece);
     FC_CHECK_MPI(
-        MPI_Put(p, static_cast<int>(n), MPI_BYTE, peer, disp, static_cast<int>(n), MPI_BYTE, win_));
+        MPI_Put(p, static_cast<int>(n), MPI_BYTE, peer, disp, static_cast<int>(n), MPI_BYTE, win));
     p += n;
     disp += static_cast<MPI_Aint>(n);
     bytes -= n;
   }
+}
+
+int Runtime::add_buffer(std::size_t bytes, void** data) {
+  Buffer b;
+  b.bytes = bytes;
+  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, comm_, &b.base,
+                                  &b.win);
+  check_mpi(rc, "MPI_Win_allocate (symmetric buffer)", __FILE__, __LINE__);
+  FC_CHECK_MPI(MPI_Win_set_errhandler(b.win, MPI_ERRORS_RETURN));
+  FC_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, b.win));
+  const int id = next_buffer_++;
+  buffers_[id] = b;
+  *data = b.base;
+  return id;
+}
+
+void Runtime::remove_buffer(int id) noexcept {
+  const auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // As in ~Runtime: no collective free after a failure or while an exception unwinds this rank.
+  if (!finalized && !failed_ && std::uncaught_exceptions() == 0) {
+    MPI_Win_unlock_all(it->second.win);
+    MPI_Win_free(&it->second.win);
+  }
+  buffers_.erase(it);
+}
+
+Runtime::Landing Runtime::find_buffer(const void* p, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (const auto& [id, b] : buffers_) {
+    const auto base = reinterpret_cast<std::uintptr_t>(b.base);
+    if (at >= base && at - base <= b.bytes && bytes <= b.bytes - (at - base))
+      return {id, static_cast<std::size_t>(at - base)};
+  }
+  return {};
+}
+
+void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src,
+                         std::size_t bytes) {
+  const auto it = buffers_.find(id);
+  FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
+  put_bytes(it->second.win, peer, static_cast<MPI_Aint>(offset), src, bytes);
+  FC_CHECK_MPI(MPI_Win_flush(peer, it->second.win));
 }
 
 void Runtime::signal(int peer, int slot, std::uint64_t add) {
@@ -181,6 +229,7 @@ void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {
   }
   // Unified memory model: make the peers' completed puts visible to this thread's loads.
   FC_CHECK_MPI(MPI_Win_sync(win_));
+  for (const auto& [id, b] : buffers_) FC_CHECK_MPI(MPI_Win_sync(b.win));
 }
 
 void Runtime::wait_requests(std::vector<MPI_Request>& reqs, const std::string& what) {

@@ -95,6 +95,24 @@ class Runtime {
   /// On return the data the signallers put before signalling is visible to this thread.
   void wait(int slot, std::uint64_t target, const std::string& what);
 
+  // Symmetric buffers (fusedcoll::mpi::SymmetricBuffer): user memory the peers put into
+  // directly, one MPI_Win_allocate window each. Ids agree across ranks because buffers are made
+  // and freed collectively, in the same order everywhere.
+
+  /// Allocates a buffer of `bytes` on this rank (collective; sizes may differ between ranks).
+  int add_buffer(std::size_t bytes, void** data);
+  /// Frees buffer `id` (collective). After a failure the window is leaked, as in ~Runtime.
+  void remove_buffer(int id) noexcept;
+  /// Where the bytes [p, p + bytes) lie in one of this rank's buffers.
+  struct Landing {
+    int id = -1;  ///< -1: not (entirely) inside one buffer
+    std::size_t offset = 0;
+  };
+  Landing find_buffer(const void* p, std::size_t bytes) const;
+  /// Puts `bytes` at `src` into `peer`'s buffer `id` at `offset` and completes them there (so a
+  /// following `signal` publishes them).
+  void put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes);
+
   /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
   int grid_for(std::size_t work) const {
     return static_cast<int>(std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(wgs_)));
@@ -131,6 +149,13 @@ class Runtime {
   void allocate(std::size_t data_bytes);
   void release() noexcept;
   std::uint64_t read_slot(int slot);
+  void put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, std::size_t bytes);
+
+  struct Buffer {
+    MPI_Win win = MPI_WIN_NULL;
+    char* base = nullptr;
+    std::size_t bytes = 0;
+  };
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -143,6 +168,8 @@ class Runtime {
   std::map<std::string, std::pair<int, int>> slot_keys_;
   int next_slot_ = 0;
   std::vector<std::uint64_t> targets_;
+  std::map<int, Buffer> buffers_;
+  int next_buffer_ = 0;
   std::string activity_ = "idle";
   bool failed_ = false;
   bool in_agreement_ = false;

@@ -38,6 +38,38 @@ Communicator make_communicator(MPI_Comm comm, const Options& options = {});
 /// `finalize()` after the last copy of the communicator is gone.
 Communicator init(int& argc, char**& argv, const Options& options = {});
 
+/// Memory the peers write into directly: the MPI analogue of a registered (NCCL) or symmetric
+/// (NVSHMEM) buffer. An All-to-All(v) whose `recv` lies inside one has every peer's segment put
+/// straight into its final place, one copy per byte as in `MPI_Alltoall`; into ordinary memory
+/// segments land in the communicator's window first and are copied out (docs/mpi.md). Results are
+/// the same bits either way.
+///
+/// Making and destroying one are collective over the communicator's ranks, in the same order as
+/// its other calls (one `MPI_Win_allocate` window each; sizes may differ between ranks). A buffer
+/// keeps its communicator alive; destroy it before `finalize()`.
+class SymmetricBuffer {
+ public:
+  /// `bytes` of this rank's memory, zero-filled. Throws `InvalidArgument` for a communicator of
+  /// another backend.
+  SymmetricBuffer(Communicator& comm, std::size_t bytes);
+  ~SymmetricBuffer();
+  SymmetricBuffer(const SymmetricBuffer&) = delete;
+  SymmetricBuffer& operator=(const SymmetricBuffer&) = delete;
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  Communicator comm_;
+  int id_ = -1;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 /// `MPI_Finalize`, unless MPI is already finalised or was never initialised.
 void finalize();
 

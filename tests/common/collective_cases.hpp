@@ -62,6 +62,8 @@ struct Case {
   std::string what;
   std::vector<Bytes> got, ref;
   std::function<void(Communicator&)> on_backend;
+  /// The backend's call on any copy of this rank's block (e.g. one in special memory).
+  std::function<void(Communicator&, unsigned char*)> on_block;
   std::function<void()> on_ref;
 };
 
@@ -92,9 +94,10 @@ Case& add_case(Cases& cases, std::string what, const std::vector<std::size_t>& s
     fill(static_cast<int>(r), cp->got[r].data());
   }
   cp->ref = cp->got;
-  cp->on_backend = [cp, make](Communicator& comm) {
-    call(comm, make(comm.rank(), cp->got[comm.rank()].data()));
+  cp->on_block = [make](Communicator& comm, unsigned char* block) {
+    call(comm, make(comm.rank(), block));
   };
+  cp->on_backend = [cp](Communicator& comm) { cp->on_block(comm, cp->got[comm.rank()].data()); };
   cp->on_ref = [cp, make] {
     std::vector<Args> all;
     for (std::size_t r = 0; r < cp->ref.size(); ++r)

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/emu.hpp"
+#include "fusedcoll/mpi.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
 #include "tests/common/compressed_cases.hpp"
@@ -88,6 +90,47 @@ TEST(MpiCollectives, AllToAllvMatchesRef) {
         });
   }
   run_cases(cases);
+}
+
+// Receive buffers in SymmetricBuffers: peers put straight into them. Every rank, or only the even
+// ranks (the others receive through the window), with the cases' whole blocks (send regions, gaps
+// and poison included) copied into the buffer and back.
+TEST(MpiCollectives, AllToAllvIntoSymmetricBuffersMatchesRef) {
+  const int P = world_size();
+  for (bool only_even : {false, true}) {
+    Cases cases;
+    std::uint64_t seed = 250;
+    for (DType dt : {DType::f32, DType::f16, DType::i64})
+      add_all_to_allv(cases, P, dt, 1, ++seed);
+    add_all_to_allv(cases, P, DType::f32, 3000, ++seed);
+    std::size_t most = 0;
+    for (auto& c : cases) most = std::max(most, c->got[me()].size());
+    fusedcoll::mpi::SymmetricBuffer buf(fctest::world(), most + 64);
+    const bool use = !only_even || me() % 2 == 0;
+    for (auto& c : cases) {
+      Bytes& block = c->got[me()];
+      if (!use) {
+        c->on_backend(fctest::world());
+        continue;
+      }
+      unsigned char* in = buf.as<unsigned char>() + 64;  // not at the window's start
+      std::memcpy(in, block.data(), block.size());
+      c->on_block(fctest::world(), in);
+      std::memcpy(block.data(), in, block.size());
+    }
+    for (auto& c : cases) {
+      c->on_ref();
+      const std::string diff = first_difference(*c, static_cast<std::size_t>(me()), "mpi");
+      if (!diff.empty()) ADD_FAILURE() << (only_even ? "even ranks only: " : "") << diff;
+    }
+  }
+}
+
+TEST(MpiCollectives, SymmetricBufferNeedsAnMpiCommunicator) {
+  fusedcoll::emu::World world(fusedcoll::emu::WorldOptions{});
+  world.run([](Communicator& comm) {
+    EXPECT_THROW(fusedcoll::mpi::SymmetricBuffer(comm, 16), fusedcoll::InvalidArgument);
+  });
 }
 
 TEST(MpiCollectives, ReduceScatterMatchesRef) {
