@@ -257,57 +257,29 @@ void broadcast(Runtime& rt, const BroadcastArgs& args) {
 
 namespace {
 
-/// Where a rank's All-to-All receive segments land: `id` -1, or a SymmetricBuffer the peers put
-/// into directly, at `offset` + displacement.
-struct Landing {
-  int id = -1;
-  std::int64_t offset = 0;
-  std::vector<std::int64_t> displs;
-};
-
-std::string encode_landing(Runtime& rt, const AllToAllvArgs& a) {
+/// The landing of an All-to-All's receive buffer (layout: the receive displacements). Malformed
+/// counts are `enter`'s to report; compressed segments need decoding anyway.
+std::string recv_landing(const Runtime& rt, const AllToAllvArgs& a) {
   const auto P = static_cast<std::size_t>(rt.size());
-  Runtime::Landing l;
-  // Malformed counts are `enter`'s to report; compressed segments need decoding anyway.
-  if (a.wire.format == WireFormat::none && a.recv_counts.size() == P && a.recv_displs.size() == P) {
-    std::int64_t extent = 0;
+  std::int64_t extent = 0;
+  if (a.wire.format == WireFormat::none && a.recv_counts.size() == P && a.recv_displs.size() == P)
     for (std::size_t p = 0; p < P; ++p)
       if (a.recv_counts[p] > 0) extent = std::max(extent, a.recv_displs[p] + a.recv_counts[p]);
-    if (extent > 0) l = rt.find_buffer(a.recv, nbytes(extent, dtype_size(a.dtype)));
-  }
-  Record r;
-  r.i64(l.id);
-  if (l.id >= 0) {
-    r.i64(static_cast<std::int64_t>(l.offset));
-    r.list(a.recv_displs);
-  }
-  return r.bytes();
-}
-
-Landing decode_landing(const std::string& bytes) {
-  Reader r(bytes);
-  Landing l;
-  l.id = static_cast<int>(r.i64());
-  if (l.id >= 0) {
-    l.offset = r.i64();
-    l.displs = r.list<std::int64_t>();
-  }
-  return l;
+  return encode_landing(rt, a.recv, nbytes(extent, dtype_size(a.dtype)), a.recv_displs);
 }
 
 }  // namespace
 
 void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
   std::vector<std::string> extras;
-  const auto all = enter(rt, "all_to_allv", args, encode_landing(rt, args), &extras);
+  const auto all = enter(rt, "all_to_allv", args, recv_landing(rt, args), &extras);
   if (args.wire.format != WireFormat::none) {
     all_to_allv_wire(rt, args, all);
     return;
   }
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(args.dtype);
-  std::vector<Landing> land;
-  for (const std::string& e : extras) land.push_back(decode_landing(e));
+  const std::vector<Landing> land = decode_landings(extras);
   // A rank whose receive buffer is a SymmetricBuffer gets its segments put straight into place
   // (one copy, as MPI_Alltoall makes); the others' arrive in their window and are copied out.
   // Rank q's receive area holds the segments of all sources in rank order.
@@ -329,8 +301,9 @@ void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
         const std::size_t bytes = nbytes(args.send_counts[q], es);
         if (land[q].id >= 0) {
           rt.put_buffer(land[q].id, q,
-                        static_cast<std::size_t>(land[q].offset) + nbytes(land[q].displs[me], es),
+                        static_cast<std::size_t>(land[q].offset) + nbytes(land[q].layout[me], es),
                         src, bytes);
+          rt.flush_buffer(land[q].id, q);
         } else {
           rt.put(q, nbytes(offsets_of(all[q].recv_counts)[me], es), src, bytes);
         }

@@ -124,7 +124,7 @@ void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& o
 }
 
 void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
-                  const Out& mine) {
+                  const Out& mine, const std::vector<Landing>& land) {
   const int P = pl.P, me = pl.me;
   const std::int64_t D = pl.D, T = pl.T, tpm = pl.tp[me];
   // Tiles pool into the staging area, which stays untouched until the call ends, so their puts
@@ -151,14 +151,26 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
       }
       float* rows = stage + (pl.start[tl.q] * tpm + tl.i0 * tpm + tl.k) * D;  // row stride tpm*D
       pool(shards[tl.k], D, pl.pooling, b0, b1, rows, tpm * D);
-      for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
-        rt.put(tl.q, recv_at + fbytes(((tl.i0 + r) * T + t) * D), rows + r * tpm * D, fbytes(D));
+      const Landing& to = land[static_cast<std::size_t>(tl.q)];
+      for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r) {
+        const float* row = rows + r * tpm * D;
+        if (to.id >= 0)  // zero-copy: into the destination's output itself
+          rt.put_buffer(to.id, tl.q,
+                        static_cast<std::size_t>(to.offset) +
+                            fbytes((tl.i0 + r) * to.layout[0] + t * to.layout[1]),
+                        row, fbytes(D));
+        else
+          rt.put(tl.q, recv_at + fbytes(((tl.i0 + r) * T + t) * D), row, fbytes(D));
+      }
       ++sent[static_cast<std::size_t>(tl.q)];
     }
     // The tiles' signals, one per destination (see the file comment).
-    for (int q : remote_first(me, P))
-      if (sent[static_cast<std::size_t>(q)] > 0)
-        rt.signal(q, from + me, sent[static_cast<std::size_t>(q)]);
+    for (int q : remote_first(me, P)) {
+      if (sent[static_cast<std::size_t>(q)] == 0) continue;
+      if (land[static_cast<std::size_t>(q)].id >= 0)
+        rt.flush_buffer(land[static_cast<std::size_t>(q)].id, q);
+      rt.signal(q, from + me, sent[static_cast<std::size_t>(q)]);
+    }
   });
   const float* recv = rt.data_as<const float>(recv_at);
   for (int p : remote_first(me, P)) {
@@ -166,7 +178,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
     rt.wait(from + p, rt.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me))),
             detail::make_string("emb.from[", p, "]: tiles from rank ", p));
   }
-  if (D == 0) return;
+  if (D == 0 || land[static_cast<std::size_t>(me)].id >= 0) return;
   const std::int64_t B = pl.batch[me];
   std::vector<char> remote(static_cast<std::size_t>(T), 1);
   for (std::int64_t t : pl.ids[me]) remote[static_cast<std::size_t>(t)] = 0;
@@ -266,13 +278,25 @@ void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mod
   FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
              "unknown mode ", static_cast<int>(mode));
   const std::string name = std::string("embedding_alltoall ") + to_string(mode);
-  enter(rt, name, args);
+  // Scale-up puts rows straight into a destination's output when that is a SymmetricBuffer.
+  std::string landing;
+  const TensorView& o = args.output;
+  if (mode == Mode::scale_up && o.rank() == 3 && o.size(0) > 0 && o.size(1) > 0 && o.size(2) > 0)
+    landing = encode_landing(rt, o.data(),
+                             fbytes((o.size(0) - 1) * o.stride(0) + (o.size(1) - 1) * o.stride(1) +
+                                    (o.size(2) - 1) * o.stride(2) + 1),
+                             {o.stride(0), o.stride(1)});
+  else
+    landing = encode_landing(rt, nullptr, 0, {});
+  std::vector<std::string> extras;
+  enter(rt, name, args, landing, &extras);
+  const std::vector<Landing> land = decode_landings(extras);
   const Plan pl(args, rt.rank(), rt.size());
   const Out mine{static_cast<float*>(args.output.data()), args.output.stride(0),
                  args.output.stride(1)};
   switch (mode) {
     case Mode::scale_up:
-      run_scale_up(rt, pl, args.local_tables, mine);
+      run_scale_up(rt, pl, args.local_tables, mine, land);
       break;
     case Mode::scale_out:
       run_scale_out(rt, pl, args.local_tables, mine);

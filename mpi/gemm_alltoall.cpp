@@ -48,7 +48,7 @@ void unpack(Runtime& rt, const Plan& pl, int h, const float* slice, const OutRef
 }
 
 void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& experts,
-                  const OutRef& mine) {
+                  const OutRef& mine, const std::vector<Landing>& land) {
   const int P = pl.P, me = pl.me;
   const std::int64_t N = pl.N;
   std::int64_t most = 0;
@@ -78,20 +78,31 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& e
       }
       float* c = stage + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
       compute_tile(pl, experts[tl.j], tl, c, N);
-      for (std::int64_t r = 0; r < tl.r1 - tl.r0; ++r)
-        rt.put(tl.s, recv_at + fbytes((row0 + r) * N + tl.n0), c + r * N, fbytes(width));
+      const Landing& to = land[static_cast<std::size_t>(tl.s)];
+      for (std::int64_t r = 0; r < tl.r1 - tl.r0; ++r) {
+        if (to.id >= 0)  // zero-copy: into the source's output itself
+          rt.put_buffer(to.id, tl.s,
+                        static_cast<std::size_t>(to.offset) +
+                            fbytes((row0 + r) * to.layout[0] + tl.n0),
+                        c + r * N, fbytes(width));
+        else
+          rt.put(tl.s, recv_at + fbytes((row0 + r) * N + tl.n0), c + r * N, fbytes(width));
+      }
       ++sent[static_cast<std::size_t>(tl.s)];
     }
     // One signal per (workgroup, destination), as in embedding_alltoall.cpp's scale_up.
-    for (int s : remote_first(me, P))
-      if (sent[static_cast<std::size_t>(s)] > 0)
-        rt.signal(s, from + me, sent[static_cast<std::size_t>(s)]);
+    for (int s : remote_first(me, P)) {
+      if (sent[static_cast<std::size_t>(s)] == 0) continue;
+      if (land[static_cast<std::size_t>(s)].id >= 0)
+        rt.flush_buffer(land[static_cast<std::size_t>(s)].id, s);
+      rt.signal(s, from + me, sent[static_cast<std::size_t>(s)]);
+    }
   });
   for (int h : remote_first(me, P))
     if (h != me && pl.tiles(h, me) > 0)
       rt.wait(from + h, rt.expect(from + h, static_cast<std::uint64_t>(pl.tiles(h, me))),
               detail::make_string("gemm.from[", h, "]: tiles from rank ", h));
-  if (N == 0) return;
+  if (N == 0 || land[static_cast<std::size_t>(me)].id >= 0) return;
   const float* recv = rt.data_as<const float>(recv_at);
   const int g2 = rt.grid_for(static_cast<std::size_t>(pl.E));
   rt.launch(g2, [&](int w) {
@@ -187,12 +198,22 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& ex
 void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode) {
   FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
              "unknown mode ", static_cast<int>(mode));
-  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args);
+  // Scale-up puts rows straight into a source's output when that is a SymmetricBuffer.
+  const TensorView& o = args.output;
+  const std::string landing =
+      mode == Mode::scale_up && o.rank() == 2 && o.size(0) > 0 && o.size(1) > 0
+          ? encode_landing(rt, o.data(),
+                           fbytes((o.size(0) - 1) * o.stride(0) + (o.size(1) - 1) * o.stride(1) + 1),
+                           {o.stride(0)})
+          : encode_landing(rt, nullptr, 0, {});
+  std::vector<std::string> extras;
+  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args, landing, &extras);
+  const std::vector<Landing> land = decode_landings(extras);
   const Plan pl(args, rt.rank(), rt.size());
   const OutRef mine{static_cast<float*>(args.output.data()), args.output.stride(0)};
   switch (mode) {
     case Mode::scale_up:
-      run_scale_up(rt, pl, args.local_experts, mine);
+      run_scale_up(rt, pl, args.local_experts, mine, land);
       break;
     case Mode::scale_out:
       run_scale_out(rt, pl, args.local_experts, mine);

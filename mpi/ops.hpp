@@ -90,6 +90,21 @@ void decode(Reader& r, ReduceScatterArgs& a);
 void decode(Reader& r, AllGatherArgs& a);
 void decode(Reader& r, BroadcastArgs& a);
 
+/// Where a rank's output (an All-to-All's `recv`, a fused operator's output) lies for zero-copy
+/// puts: inside one of its SymmetricBuffers (`id`, byte `offset`), with the `layout` the peers need
+/// to address it (receive displacements, strides); `id` -1 for ordinary memory. Rank-local, so
+/// it travels as `enter`'s extra.
+struct Landing {
+  int id = -1;
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> layout;
+};
+/// The landing of the `bytes` at `p` (id -1 when `bytes` is 0), serialised.
+std::string encode_landing(const Runtime& rt, const void* p, std::size_t bytes,
+                           const std::vector<std::int64_t>& layout);
+/// Every rank's landing from `enter`'s extras.
+std::vector<Landing> decode_landings(const std::vector<std::string>& extras);
+
 /// Throws the `Error` subclass of `code` with `message`, the same kind on every rank.
 [[noreturn]] void throw_code(ErrorCode code, const std::string& message);
 

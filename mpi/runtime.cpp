@@ -189,6 +189,11 @@ void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src,
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
   put_bytes(it->second.win, peer, static_cast<MPI_Aint>(offset), src, bytes);
+}
+
+void Runtime::flush_buffer(int id, int peer) {
+  const auto it = buffers_.find(id);
+  FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
   FC_CHECK_MPI(MPI_Win_flush(peer, it->second.win));
 }
 

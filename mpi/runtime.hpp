@@ -109,9 +109,10 @@ class Runtime {
     std::size_t offset = 0;
   };
   Landing find_buffer(const void* p, std::size_t bytes) const;
-  /// Puts `bytes` at `src` into `peer`'s buffer `id` at `offset` and completes them there (so a
-  /// following `signal` publishes them).
+  /// Starts putting `bytes` at `src` into `peer`'s buffer `id` at `offset`. Complete at the
+  /// target only after `flush_buffer(id, peer)`; a `signal` flushes the main window only.
   void put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes);
+  void flush_buffer(int id, int peer);
 
   /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
   int grid_for(std::size_t work) const {

@@ -19,6 +19,7 @@
 
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/inputs.hpp"
+#include "fusedcoll/mpi.hpp"
 #include "fusedcoll/ref.hpp"
 #include "tests/common/op_problems.hpp"
 #include "tests/mpi/mpi_world.hpp"
@@ -282,6 +283,88 @@ TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
       me() == bad ? std::string("output") : fusedcoll::detail::make_string("rank ", bad, "'s call");
   expect_invalid([&] { fusedcoll::gemm_alltoall(fctest::world(), args, Mode::scale_out); }, needle);
   check_gemm(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
+}
+
+// --- Outputs in SymmetricBuffers -----------------------------------------------------------------
+// Scale-up then puts rows straight into the destination's output (the zero-copy store of the
+// paper's scale-up variant); the other modes, and ranks whose output is ordinary memory, work as
+// before. Outputs have padded strides, and the padding must keep its poison.
+
+/// Runs `call(view)` in every mode with this rank's output at `out` (poisoned first) and compares
+/// the whole padded region with ref/'s.
+template <class Call>
+void expect_output_like_ref(float* out, const std::vector<float>& ref_out, Call&& call) {
+  for (Mode mode : kModes) {
+    fusedcoll::poison(out, ref_out.size() * sizeof(float));
+    call(mode);
+    EXPECT_EQ(std::memcmp(out, ref_out.data(), ref_out.size() * sizeof(float)), 0)
+        << "rank " << me() << " mode " << fusedcoll::to_string(mode);
+  }
+}
+
+TEST(MpiSymmetricOutputs, EmbeddingAllToAllMatchesRef) {
+  const int P = world_size();
+  for (bool only_even : {false, true}) {
+    SCOPED_TRACE(only_even ? "even ranks registered" : "every rank registered");
+    const EmbeddingProblem pb = emb_problem(P, 1, 55 + only_even);
+    const std::int64_t T = pb.num_tables(), D = pb.dim, s1 = D + 3, s0 = T * s1 + 5;
+    auto ref_world = fusedcoll::make_world(pb);
+    auto ref_args = fusedcoll::args_of(ref_world);
+    std::vector<std::vector<float>> ref_out(P);
+    for (int r = 0; r < P; ++r) {
+      const std::int64_t b = pb.batch_sizes[r];
+      ref_out[r].assign(static_cast<std::size_t>(std::max<std::int64_t>(b * s0, 1)), 0.0f);
+      fusedcoll::poison(ref_out[r].data(), ref_out[r].size() * sizeof(float));
+      const std::int64_t shape[] = {b, T, D}, strides[] = {s0, s1, 1};
+      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
+    }
+    fusedcoll::ref::embedding_alltoall(ref_args);
+
+    const std::vector<float>& expect = ref_out[me()];
+    fusedcoll::mpi::SymmetricBuffer buf(fctest::world(), (expect.size() + 16) * sizeof(float));
+    std::vector<float> plain(expect.size());
+    float* out = !only_even || me() % 2 == 0 ? buf.as<float>() + 16 : plain.data();
+    fusedcoll::EmbeddingRankData mine(pb, me());
+    auto args = mine.args();
+    const std::int64_t shape[] = {pb.batch_sizes[me()], T, D}, strides[] = {s0, s1, 1};
+    args.output = fusedcoll::TensorView(out, DType::f32, shape, strides);
+    expect_output_like_ref(out, expect, [&](Mode mode) {
+      fusedcoll::embedding_alltoall(fctest::world(), args, mode);
+    });
+  }
+}
+
+TEST(MpiSymmetricOutputs, GemmAllToAllMatchesRef) {
+  const int P = world_size();
+  for (bool only_even : {false, true}) {
+    SCOPED_TRACE(only_even ? "even ranks registered" : "every rank registered");
+    const GemmProblem pb = gemm_problem(P, 0, 77 + only_even);
+    const std::int64_t ld = pb.n + 7;
+    auto ref_world = fusedcoll::make_world(pb);
+    auto ref_args = fusedcoll::args_of(ref_world);
+    std::vector<std::vector<float>> ref_out(P);
+    std::vector<std::int64_t> rows(P);
+    for (int r = 0; r < P; ++r) {
+      rows[r] = fusedcoll::output_rows(ref_args[r], r);
+      ref_out[r].assign(static_cast<std::size_t>(std::max<std::int64_t>(rows[r] * ld, 1)), 0.0f);
+      fusedcoll::poison(ref_out[r].data(), ref_out[r].size() * sizeof(float));
+      const std::int64_t shape[] = {rows[r], pb.n}, strides[] = {ld, 1};
+      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
+    }
+    fusedcoll::ref::gemm_alltoall(ref_args);
+
+    const std::vector<float>& expect = ref_out[me()];
+    fusedcoll::mpi::SymmetricBuffer buf(fctest::world(), (expect.size() + 16) * sizeof(float));
+    std::vector<float> plain(expect.size());
+    float* out = !only_even || me() % 2 == 0 ? buf.as<float>() + 16 : plain.data();
+    fusedcoll::GemmRankData mine(pb, me());
+    auto args = mine.args();
+    const std::int64_t shape[] = {rows[me()], pb.n}, strides[] = {ld, 1};
+    args.output = fusedcoll::TensorView(out, DType::f32, shape, strides);
+    expect_output_like_ref(out, expect, [&](Mode mode) {
+      fusedcoll::gemm_alltoall(fctest::world(), args, mode);
+    });
+  }
 }
 
 // A NaN in the data with a scaled FP8 wire: the agreed amax is NaN, and every rank rejects the
