@@ -6,7 +6,8 @@
 // - scale_up (per-tile puts): the tile's rows are put straight to their final rows in the
 //   source's receive area (laid out like its output, [rows_s, N]); 'gemm.from'[me] is signalled
 //   there once per (workgroup, destination) with the tile count (why: embedding_alltoall.cpp); the
-//   source copies the remote experts' rows into its output.
+//   source copies the remote experts' rows into its output, unless that output lies in a
+//   SymmetricBuffer, where the rows were put straight into place.
 // - scale_out (staged slices): tiles fill this rank's staging slice for s (its rows for s, expert
 //   by expert); the workgroup completing the slice puts it whole and signals 'gemm.arrive'[me].
 // - unfused: all local GEMMs into the staging layout, MPI_Ialltoallv, then the reorder into
