@@ -16,8 +16,9 @@
 //   2 cores (Open MPI yields inside its progress loop when oversubscribed), i.e. most of the call
 //   if paid per tile; and the receiver only waits once its own tiles are done, so earlier signals
 //   would not let it start sooner. The receiver waits for every source's tile count and copies the
-//   remote rows into its output. MPI one-sided puts land in a window, not in the user's output
-//   buffer, hence that one copy (the emulator stores straight into the peer's output).
+//   remote rows into its output: MPI one-sided puts land in a window, not in ordinary user memory.
+//   When the destination's output lies in a SymmetricBuffer, rows go straight into it and nothing
+//   is copied (the emulator's zero-copy store).
 // - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
 //   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
 //   the whole slice with one MPI_Put and signals 'emb.arrive'[me]. Receivers unpack the slices.
