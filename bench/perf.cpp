@@ -2,7 +2,7 @@
 //
 //   fusedcoll-perf allreduce -b 1K -e 64M -f 4 -g 4
 //   fusedcoll-perf embedding -b 64K -e 16M -f 4 --link-gbps 10
-//   mpiexec -n 4 fusedcoll-perf allreduce --backend mpi -b 8K -e 64M -f 128
+//   mpiexec -n 4 fusedcoll-perf allreduce --backend mpi -b 8K -e 64M -f 8
 //
 // Subcommands: allreduce, alltoall, reducescatter, allgather, broadcast (one row per size), and
 // the fused operators embedding, gemv, gemm (unfused vs scale_up vs scale_out per size).
