@@ -53,8 +53,8 @@ std::vector<std::int64_t> sweep(const Options& o);
 struct Errors {
   std::int64_t wrong = 0;
   double max_abs = 0, max_rel = 0;
-  double sq = 0;        // sum of squared errors
-  std::int64_t n = 0;   // elements in `sq`
+  double sq = 0;       // sum of squared errors
+  std::int64_t n = 0;  // elements in `sq`
   double rms() const;
   /// Adds `count` floats of `got` against `expect` (bitwise) and, when `exact` is not null,
   /// against `exact` (numeric error).
@@ -123,8 +123,7 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
 
 /// Expected outputs for checking `c` after the op ran: `expect` ref/ with the run's wire options,
 /// `exact` ref/ uncompressed (filled only for a lossy wire). Then poisons every receive buffer.
-void prepare_check(CollectiveCase& c, const Options& o,
-                   std::vector<std::vector<float>>& expect,
+void prepare_check(CollectiveCase& c, const Options& o, std::vector<std::vector<float>>& expect,
                    std::vector<std::vector<float>>& exact);
 /// Compares rank `r`'s receive buffer with what `prepare_check` expected.
 void check_rank(const CollectiveCase& c, int r, const std::vector<std::vector<float>>& expect,
