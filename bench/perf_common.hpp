@@ -1,0 +1,155 @@
+#pragma once
+// What both backends of fusedcoll-perf share (docs/benchmarking.md): the flags, the sizes of a
+// sweep, the cases (every rank's inputs, the call on one rank, ref/ on all of them), the output
+// checks and the printer. perf.cpp runs the cases on the emulator, perf_mpi.cpp under mpiexec.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/communicator.hpp"
+#include "fusedcoll/fusedcoll.hpp"
+
+namespace perf {
+
+namespace fc = fusedcoll;
+
+struct Options {
+  std::string op;
+  std::int64_t min_bytes = -1, max_bytes = -1;
+  double factor = 4;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  int ranks = 0;          // -g; 0 = not given (emu: 4; mpi: the world size)
+  int compute_units = 0;  // -C; 0 = not given (emu: 2; mpi: the backend's default grid)
+  fc::ReduceOp redop = fc::ReduceOp::sum;
+  fc::AllReduceAlgo algo = fc::AllReduceAlgo::direct;
+  int root = 0;
+  std::string backend = "emu";
+  std::string compress = "none";
+  fc::CompressionOptions wire;
+  double link_gbps = 0, link_us = 0;
+  enum class Format { table, csv, json } format = Format::table;
+};
+
+/// Throws `fc::InvalidArgument` with `what` and the usage text.
+[[noreturn]] void usage_error(const std::string& what);
+
+/// The command line, checked as far as it can be without knowing the world size (the MPI backend
+/// checks -g and --root once MPI is up). Prints the usage and exits 0 on -h.
+Options parse(int argc, char** argv);
+
+bool is_fused(const std::string& op);
+
+double median(std::vector<double> v);
+
+/// The sizes of the sweep -b, -b*f, ... up to -e.
+std::vector<std::int64_t> sweep(const Options& o);
+
+/// Per-element comparison of one rank's output: bit differences from ref/, and with a lossy wire
+/// the error against the uncompressed result. Mergeable across ranks.
+struct Errors {
+  std::int64_t wrong = 0;
+  double max_abs = 0, max_rel = 0;
+  double sq = 0;       // sum of squared errors
+  std::int64_t n = 0;  // elements in `sq`
+  double rms() const;
+  /// Adds `count` floats of `got` against `expect` (bitwise) and, when `exact` is not null,
+  /// against `exact` (numeric error).
+  void add(const float* got, const float* expect, const float* exact, std::size_t count);
+};
+
+struct Row {
+  std::int64_t bytes = 0;
+  std::int64_t count = 0;
+  std::string shape;       // fused ops
+  double seconds = 0;      // collectives: fusedcoll's call; fused: unfused
+  double up_seconds = 0;   // fused: scale_up
+  double out_seconds = 0;  // fused: scale_out
+  double busbw_factor = 1;
+  double wire = -1;  // bytes per rank per call (fused: scale_up); < 0: not measured
+  Errors err;
+  // MPI collectives: Open MPI's own collective on the same buffers (< 0: none).
+  double base_seconds = -1;
+  std::int64_t base_wrong = 0;
+};
+
+/// Prints rows as a table, CSV or JSON. Collectives with a baseline get its columns.
+class Printer {
+ public:
+  /// `ranks` the world size; `setup` what runs the ranks (header line); `baseline` the name of
+  /// the collective compared against ("" for none).
+  Printer(const Options& o, int ranks, std::string setup, std::string baseline);
+  void header();
+  void row(const Row& r);
+  void footer();
+
+ private:
+  bool lossy() const { return o_.wire.format != fc::WireFormat::none; }
+  bool has_baseline() const { return !baseline_.empty() && !is_fused(o_.op); }
+
+  const Options& o_;
+  int ranks_;
+  std::string setup_, baseline_;
+  bool first_ = true;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Collectives: `size` is nccl-tests' size (the bytes of the whole buffer a rank holds).
+
+/// Every rank's buffers and arguments for one collective at one size.
+struct CollectiveCase {
+  std::vector<std::vector<float>> send, recv;
+  std::function<void(fc::Communicator&)> call;  // the op on comm.rank()'s buffers
+  /// ref/ on the same inputs with wire options `wire`, into `out` (one buffer per rank).
+  std::function<void(const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out)> ref;
+  std::int64_t bytes = 0, count = 0;
+  double busbw_factor = 1;
+  // The layout, for a baseline that calls another library on the same buffers.
+  std::vector<std::int64_t> pieces;  // ReduceScatter / AllGather: per-rank element counts
+  std::int64_t per_peer = 0;         // All-to-All: elements to each peer
+};
+
+/// The size of a collective row: `b` rounded down to a multiple of 4 * P bytes (at least that),
+/// so that every rank's piece is whole elements.
+std::int64_t collective_bytes(std::int64_t b, int ranks);
+
+/// The case of `o.op` at `bytes` over `ranks` ranks, inputs drawn in `values` mode. On the heap:
+/// its closures refer to its buffers.
+std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std::int64_t bytes,
+                                                fc::ValueMode values = fc::ValueMode::random);
+
+/// Expected outputs for checking `c` after the op ran: `expect` ref/ with the run's wire options,
+/// `exact` ref/ uncompressed (filled only for a lossy wire). Then poisons every receive buffer.
+void prepare_check(CollectiveCase& c, const Options& o, std::vector<std::vector<float>>& expect,
+                   std::vector<std::vector<float>>& exact);
+/// Compares rank `r`'s receive buffer with what `prepare_check` expected.
+void check_rank(const CollectiveCase& c, int r, const std::vector<std::vector<float>>& expect,
+                const std::vector<std::vector<float>>& exact, Errors& err);
+
+// ---------------------------------------------------------------------------------------------
+// Fused operators: the size is the bytes of one rank's output.
+
+struct FusedCase {
+  std::string shape;
+  std::int64_t bytes = 0;
+  std::function<void(fc::Communicator&, fc::Mode)> call;
+  std::function<void()> ref;                                  // ref/ into the outputs
+  std::function<std::vector<std::vector<float>*>()> outputs;  // per rank
+};
+
+FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes);
+
+/// Runs ref/ into every rank's output and returns copies of them (the expected outputs).
+std::vector<std::vector<float>> fused_expected(const FusedCase& c);
+
+inline constexpr fc::Mode kModes[] = {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out};
+
+/// `--backend mpi`: this process is one rank of an mpiexec job; initialises MPI, runs `o`, prints
+/// on rank 0 and returns the exit status (a failure on any rank aborts the whole job). Defined in
+/// perf_mpi.cpp, which is built only when the build has MPI.
+int run_mpi(const Options& o, int argc, char** argv);
+
+}  // namespace perf
