@@ -39,6 +39,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --predivide                -o avg divides before summing
        --overflow saturate|ieee   out-of-range values (default saturate)
        --link-gbps X --link-us Y  emulator link model (default off; emu only)
+       --symmetric                mpi, alltoall / embedding / gemm: receive buffers and outputs
+                                  in mpi::SymmetricBuffers, so peers put straight into them
        --csv | --json             machine-readable output
 )";
 
@@ -157,7 +159,8 @@ Options parse(int argc, char** argv) {
     } else if (a == "--link-us") {
       o.link_us = parse_double(value(), "--link-us");
       link_given = true;
-    } else if (a == "--csv") o.format = Options::Format::csv;
+    } else if (a == "--symmetric") o.symmetric = true;
+    else if (a == "--csv") o.format = Options::Format::csv;
     else if (a == "--json") o.format = Options::Format::json;
     else usage_error("unknown flag '" + a + "'");
   }
@@ -176,6 +179,10 @@ Options parse(int argc, char** argv) {
   } else {
     usage_error("--backend '" + o.backend + "' is not emu or mpi");
   }
+  if (o.symmetric && (o.backend != "mpi" || !(o.op == "alltoall" || o.op == "embedding" ||
+                                              o.op == "gemm")))
+    usage_error("--symmetric: only --backend mpi's alltoall, embedding and gemm receive into "
+                "symmetric buffers (the emulator's memory is all shared)");
   if (o.wire.format != fc::WireFormat::none && (o.op == "broadcast" || is_fused(o.op)))
     usage_error("--compress: " + o.op + " has no compressed wire (AllReduce, ReduceScatter, "
                 "AllGather and All-to-All have)");
@@ -481,6 +488,17 @@ FusedCase make_fused(std::string shape, const Problem& problem, RefFn ref_fn, Ca
     for (auto& r : *world) v.push_back(&out_fn(r));
     return v;
   };
+  using Args = typename decltype(fc::args_of(*world))::value_type;
+  if constexpr (requires(Args a) { a.output; }) {
+    c.call_into = [args, call_fn](fc::Communicator& comm, fc::Mode m, float* out) {
+      Args a = (*args)[static_cast<std::size_t>(comm.rank())];
+      const fc::TensorView& v = a.output;
+      std::vector<std::int64_t> dims;
+      for (int d = 0; d < v.rank(); ++d) dims.push_back(v.size(d));
+      a.output = fc::TensorView(out, v.dtype(), dims);
+      call_fn(comm, a, m);
+    };
+  }
   c.ref = [args, ref_fn] { ref_fn(*args); };
   for (auto* v : c.outputs()) c.bytes = std::max<std::int64_t>(c.bytes, v->size() * 4);
   return c;

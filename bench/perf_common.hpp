@@ -31,6 +31,7 @@ struct Options {
   std::string compress = "none";
   fc::CompressionOptions wire;
   double link_gbps = 0, link_us = 0;
+  bool symmetric = false;  // --symmetric (mpi): receive buffers / outputs in SymmetricBuffers
   enum class Format { table, csv, json } format = Format::table;
 };
 
@@ -136,6 +137,8 @@ struct FusedCase {
   std::string shape;
   std::int64_t bytes = 0;
   std::function<void(fc::Communicator&, fc::Mode)> call;
+  /// The op with comm.rank()'s output moved to `out` (same shape, dense); empty for GemvAllReduce.
+  std::function<void(fc::Communicator&, fc::Mode, float* out)> call_into;
   std::function<void()> ref;                                  // ref/ into the outputs
   std::function<std::vector<std::vector<float>*>()> outputs;  // per rank
 };

@@ -166,7 +166,18 @@ std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& 
     row.bytes = c.bytes;
     row.count = c.count;
     row.busbw_factor = c.busbw_factor;
-    const auto times = time_interleaved({[&] { c.call(comm); }, ompi_call(o, c, me, P)}, o, rng);
+    // --symmetric: fusedcoll's All-to-All receives into a SymmetricBuffer (peers put straight
+    // into it); the check copies it out to the case's receive buffer.
+    std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
+    std::function<void()> ours = [&] { c.call(comm); };
+    if (o.symmetric) {
+      sym = std::make_unique<fc::mpi::SymmetricBuffer>(comm, c.recv[me].size() * sizeof(float));
+      fc::AllToAllvArgs a =
+          fc::make_alltoall(c.send[me].data(), sym->data(), c.per_peer, fc::DType::f32, P);
+      a.wire = o.wire;
+      ours = [a, &comm] { fc::all_to_allv(comm, a); };
+    }
+    const auto times = time_interleaved({ours, ompi_call(o, c, me, P)}, o, rng);
     row.seconds = times[0];
     row.base_seconds = times[1];
     if (o.check) {
@@ -174,7 +185,9 @@ std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& 
       {
         std::vector<std::vector<float>> expect, exact;
         prepare_check(c, o, expect, exact);
-        c.call(comm);
+        if (sym) fc::poison(sym->data(), sym->size());
+        ours();
+        if (sym) std::memcpy(c.recv[me].data(), sym->data(), sym->size());
         check_rank(c, me, expect, exact, mine);
       }
       row.err = reduce_errors(mine);
@@ -204,20 +217,31 @@ std::int64_t run_fused(const Options& o, fc::Communicator& comm, Printer& out) {
     Row row;
     row.bytes = c.bytes;
     row.shape = c.shape;
+    // --symmetric: this rank's output lives in a SymmetricBuffer (scale-up stores into it).
+    std::vector<float>& mine = *c.outputs()[static_cast<std::size_t>(me)];
+    std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
+    if (o.symmetric)
+      sym = std::make_unique<fc::mpi::SymmetricBuffer>(comm, mine.size() * sizeof(float));
+    auto run = [&](fc::Mode m) {
+      if (sym)
+        c.call_into(comm, m, sym->as<float>());
+      else
+        c.call(comm, m);
+    };
     std::vector<std::function<void()>> variants;
-    for (fc::Mode m : kModes) variants.push_back([&c, &comm, m] { c.call(comm, m); });
+    for (fc::Mode m : kModes) variants.push_back([&run, m] { run(m); });
     const auto times = time_interleaved(variants, o, rng);
     row.seconds = times[0];
     row.up_seconds = times[1];
     row.out_seconds = times[2];
     if (o.check) {
       const auto expect = fused_expected(c);
-      std::vector<float>& mine = *c.outputs()[static_cast<std::size_t>(me)];
+      float* got = sym ? sym->as<float>() : mine.data();
       Errors err;
       for (fc::Mode m : kModes) {
-        fc::poison(mine.data(), mine.size() * 4);
-        c.call(comm, m);
-        err.add(mine.data(), expect[static_cast<std::size_t>(me)].data(), nullptr, mine.size());
+        fc::poison(got, mine.size() * 4);
+        run(m);
+        err.add(got, expect[static_cast<std::size_t>(me)].data(), nullptr, mine.size());
       }
       row.err = reduce_errors(err);
     }
@@ -267,7 +291,8 @@ int run_mpi(const Options& given, int argc, char** argv) {
         }
         o.ranks = P;
         const std::string setup = fc::detail::make_string(
-            "one MPI process each (", library_version(), "), workgroups ",
+            "one MPI process each (", library_version(), ")",
+            o.symmetric ? ", receive buffers / outputs in SymmetricBuffers" : "", ", workgroups ",
             o.compute_units > 0
                 ? fc::detail::make_string(o.compute_units)
                 : fc::detail::make_string("default (", tbb::this_task_arena::max_concurrency(),
