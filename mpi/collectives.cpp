@@ -64,15 +64,9 @@ void all_reduce_direct(Runtime& rt, const AllReduceArgs& a) {
   rt.reserve(gather_at + nbytes(a.count, es));
   const int in = rt.slots("all_reduce.in", P);
   // Reduce-scatter: chunk c of our send buffer goes to owner c's inbox, slot [me].
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(nbytes(a.count, es), static_cast<std::size_t>(P - 1));
-  rt.launch(grid, [&](int w) {
-    for (int j = w; j < P - 1; j += grid) {
-      const int c = order[j];
-      const Chunk ch = chunk_of(a.count, P, c);
-      rt.put(c, inbox_at + nbytes(maxc * me, es), at(a.send, ch.offset, es), nbytes(ch.length, es));
-      rt.signal(c, in + me);
-    }
+  put_each(rt, nbytes(a.count, es), in, [&](int c) {
+    const Chunk ch = chunk_of(a.count, P, c);
+    rt.put(c, inbox_at + nbytes(maxc * me, es), at(a.send, ch.offset, es), nbytes(ch.length, es));
   });
   wait_all_peers(rt, in, "all_reduce.in");
   const Chunk mine = chunk_of(a.count, P, me);
@@ -120,15 +114,8 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a) {
 }  // namespace
 
 void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
-  const int P = rt.size(), me = rt.rank();
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(bytes * static_cast<std::size_t>(P - 1), P - 1);
-  rt.launch(grid, [&](int w) {
-    for (int j = w; j < P - 1; j += grid) {
-      rt.put(order[j], offset, src, bytes);
-      rt.signal(order[j], slot + me);
-    }
-  });
+  put_each(rt, bytes * static_cast<std::size_t>(rt.size() - 1), slot,
+           [&](int q) { rt.put(q, offset, src, bytes); });
 }
 
 void wait_all_peers(Runtime& rt, int slot, const char* what) {
@@ -194,17 +181,9 @@ void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
   rt.reserve(nbytes(maxc * P, es));
   const int in = rt.slots("reduce_scatter.in", P);
   // Chunk q of our send buffer goes to rank q's inbox, slot [me].
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(nbytes(off[P], es), static_cast<std::size_t>(P - 1));
-  if (P > 1)
-    rt.launch(grid, [&](int w) {
-      for (int j = w; j < P - 1; j += grid) {
-        const int q = order[j];
-        rt.put(q, nbytes(maxc * me, es), at(args.send, off[q], es),
-               nbytes(args.recv_counts[q], es));
-        rt.signal(q, in + me);
-      }
-    });
+  put_each(rt, nbytes(off[P], es), in, [&](int q) {
+    rt.put(q, nbytes(maxc * me, es), at(args.send, off[q], es), nbytes(args.recv_counts[q], es));
+  });
   wait_all_peers(rt, in, "reduce_scatter.in");
   // In place, recv is our own chunk of send, still an operand: fold into a temporary.
   std::vector<char> acc(nbytes(args.recv_counts[me], es));
@@ -292,24 +271,18 @@ void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
   const std::vector<int> order = remote_first(me, P);
   std::int64_t sent = 0;
   for (int q = 0; q < P; ++q) sent += args.send_counts[q];
-  const int grid = rt.grid_for_bytes(nbytes(sent, es), static_cast<std::size_t>(P - 1));
-  if (P > 1)
-    rt.launch(grid, [&](int w) {
-      for (int j = w; j < P - 1; j += grid) {
-        const int q = order[j];
-        const void* src = at(args.send, args.send_displs[q], es);
-        const std::size_t bytes = nbytes(args.send_counts[q], es);
-        if (land[q].id >= 0) {
-          rt.put_buffer(land[q].id, q,
-                        static_cast<std::size_t>(land[q].offset) + nbytes(land[q].layout[me], es),
-                        src, bytes);
-          rt.flush_buffer(land[q].id, q);
-        } else {
-          rt.put(q, nbytes(offsets_of(all[q].recv_counts)[me], es), src, bytes);
-        }
-        rt.signal(q, slot + me);
-      }
-    });
+  put_each(rt, nbytes(sent, es), slot, [&](int q) {
+    const void* src = at(args.send, args.send_displs[q], es);
+    const std::size_t bytes = nbytes(args.send_counts[q], es);
+    if (land[q].id >= 0) {
+      rt.put_buffer(land[q].id, q,
+                    static_cast<std::size_t>(land[q].offset) + nbytes(land[q].layout[me], es), src,
+                    bytes);
+      rt.flush_buffer(land[q].id, q);
+    } else {
+      rt.put(q, nbytes(offsets_of(all[q].recv_counts)[me], es), src, bytes);
+    }
+  });
   copy_bytes(at(args.recv, args.recv_displs[me], es), at(args.send, args.send_displs[me], es),
              nbytes(args.send_counts[me], es));
   // Each segment is copied out as soon as it has landed, in the order the peers send to us.

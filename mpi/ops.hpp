@@ -204,8 +204,33 @@ inline void copy_bytes(void* dst, const void* src, std::size_t n) {
 /// Elements folded per workgroup: the fold is element-wise, so pieces split it freely.
 constexpr std::int64_t kFoldPiece = 1 << 15;
 
+/// `put(q)` issues this rank's puts to peer q; then `slot + me` is signalled on q. Peers go in
+/// communication-aware order, spread over the workgroups when `bytes` (the total) is worth
+/// waking them for; a single workgroup signals every peer after its last put with one pair of
+/// MPI_Win_flush_all calls instead of two flushes per peer (each a trip through Open MPI's
+/// progress loop, which yields the core when ranks outnumber cores).
+template <class Put>
+void put_each(Runtime& rt, std::size_t bytes, int slot, Put&& put) {
+  const int P = rt.size(), me = rt.rank();
+  if (P == 1) return;
+  std::vector<int> order = remote_first(me, P);
+  order.pop_back();  // this rank
+  const int grid = rt.grid_for_bytes(bytes, static_cast<std::size_t>(P - 1));
+  if (grid == 1) {
+    for (int q : order) put(q);
+    rt.signal_all(order, slot + me);
+    return;
+  }
+  rt.launch(grid, [&](int w) {
+    for (int j = w; j < P - 1; j += grid) {
+      put(order[j]);
+      rt.signal(order[j], slot + me);
+    }
+  });
+}
+
 /// Puts `bytes` at `src` into region offset `offset` of every other rank and signals `slot + me`
-/// there; workgroups take peers in communication-aware order.
+/// there (put_each).
 void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot);
 
 /// Waits for one signal on `slot + p` from every other rank p.

@@ -205,6 +205,16 @@ void Runtime::signal(int peer, int slot, std::uint64_t add) {
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
 }
 
+void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) {
+  if (peers.empty()) return;
+  FC_CHECK_MPI(MPI_Win_flush_all(win_));
+  for (int peer : peers)
+    FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
+                                static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)),
+                                1, MPI_UINT64_T, MPI_SUM, win_));
+  FC_CHECK_MPI(MPI_Win_flush_all(win_));
+}
+
 std::uint64_t Runtime::read_slot(int slot) {
   std::uint64_t value = 0;
   // Read through MPI's atomics, not a plain load: the slot is updated by MPI_Accumulate, and

@@ -90,6 +90,9 @@ class Runtime {
   /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
   /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
   void signal(int peer, int slot, std::uint64_t add = 1);
+  /// `signal(peer, slot, add)` for every peer in `peers`, with two MPI_Win_flush_all calls in all
+  /// instead of two flushes per peer: for a rank that has just put to all of them in one go.
+  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add = 1);
   /// Polls this rank's `slot` until it reaches `target`, driving MPI progress meanwhile; throws
   /// `TimeoutError` naming rank, slot, `what`, expected and current value past FUSEDCOLL_TIMEOUT.
   /// On return the data the signallers put before signalling is visible to this thread.

@@ -3,6 +3,8 @@
 /// Umbrella header: the whole public API of fusedcoll.
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/communicator.hpp"
+#include "fusedcoll/compression.hpp"
 #include "fusedcoll/dtype.hpp"
 #include "fusedcoll/embedding_alltoall.hpp"
 #include "fusedcoll/env.hpp"
