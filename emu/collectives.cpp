@@ -322,9 +322,9 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
 // the bits are ref's. Tiles are cut in f32 elements (tile_elems(len, 4)) on both ends, and a tile's
 // wire bytes sit at `index * wire_size` in scratch.
 //
-// Each rank first copies its contribution to a host-side f32 buffer (divided by P for a
-// predivided `avg`), which also makes in-place calls safe: kernels never read the user's send
-// buffer, so writing recv early cannot change what is still to be sent.
+// A reduction reads its contribution from `send` in place, except when it must be a copy
+// (detail::contribution_view): divided by P for a predivided `avg`, or an in-place call, whose
+// early writes to recv must not change what is still to be sent.
 
 using fusedcoll::detail::WirePlan;
 
