@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args);
 void all_gather(Rank& rk, const AllGatherArgs& args);
 void broadcast(Rank& rk, const BroadcastArgs& args);
 
+/// Ends the window in which other ranks' argument structs may be read.
+inline void leave_args(Rank& rk, const std::string& op) { rk.barrier(op + " args read"); }
+
 /// The prologue of every collective call: validates this rank's call, meets every other rank
 /// (a hidden collective), and checks that all calls agree, so that a bad or mismatched call is
 /// reported on every rank before any data moves. Returns all ranks' calls (index = rank); the
@@ -37,14 +41,23 @@ std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args
   const auto raw = rk.exchange(op, &args);
   std::vector<const Args*> all;
   for (const void* p : raw) all.push_back(static_cast<const Args*>(p));
-  for (int a = 0; a < rk.size(); ++a)
-    for (int b = a + 1; b < rk.size(); ++b) check_consistent(*all[a], a, *all[b], b);
+  std::exception_ptr mismatch;
+  try {
+    for (int a = 0; a < rk.size(); ++a)
+      for (int b = a + 1; b < rk.size(); ++b) check_consistent(*all[a], a, *all[b], b);
+  } catch (...) {
+    mismatch = std::current_exception();
+  }
+  if (mismatch) {
+    // Every rank finds the same mismatch. None may unwind, and so free the argument struct its
+    // caller built, while a peer may still be reading it (TSan caught a rank reading a struct on
+    // a stack its owner had already left).
+    leave_args(rk, op);
+    std::rethrow_exception(mismatch);
+  }
   rk.set_activity("in " + op);
   return all;
 }
-
-/// Ends the window in which other ranks' argument structs may be read.
-inline void leave_args(Rank& rk, const std::string& op) { rk.barrier(op + " args read"); }
 
 /// Workgroups of a persistent kernel over `work` items: one per item, at least one, and never more
 /// than can be resident at once (WGs of these kernels wait on each other).
