@@ -39,8 +39,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --predivide                -o avg divides before summing
        --overflow saturate|ieee   out-of-range values (default saturate)
        --link-gbps X --link-us Y  emulator link model (default off; emu only)
-       --symmetric                mpi, alltoall / embedding / gemm: receive buffers and outputs
-                                  in mpi::SymmetricBuffers, so peers put straight into them
+       --symmetric                mpi, allreduce / alltoall / embedding / gemm: receive buffers
+                                  and outputs in mpi::SymmetricBuffers (peers put into them)
        --csv | --json             machine-readable output
 )";
 
@@ -179,10 +179,10 @@ Options parse(int argc, char** argv) {
   } else {
     usage_error("--backend '" + o.backend + "' is not emu or mpi");
   }
-  if (o.symmetric && (o.backend != "mpi" || !(o.op == "alltoall" || o.op == "embedding" ||
-                                              o.op == "gemm")))
-    usage_error("--symmetric: only --backend mpi's alltoall, embedding and gemm receive into "
-                "symmetric buffers (the emulator's memory is all shared)");
+  if (o.symmetric && (o.backend != "mpi" || !(o.op == "allreduce" || o.op == "alltoall" ||
+                                              o.op == "embedding" || o.op == "gemm")))
+    usage_error("--symmetric: only --backend mpi's allreduce, alltoall, embedding and gemm "
+                "receive into symmetric buffers (the emulator's memory is all shared)");
   if (o.wire.format != fc::WireFormat::none && (o.op == "broadcast" || is_fused(o.op)))
     usage_error("--compress: " + o.op + " has no compressed wire (AllReduce, ReduceScatter, "
                 "AllGather and All-to-All have)");
@@ -436,10 +436,10 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
     c.recv[r].resize(d);
     fc::fill_values(c.send[r].data(), s, fc::DType::f32, 2024, 1, r, values);
   }
-  c.call = [&c, &o, args](fc::Communicator& comm) {
-    const int r = comm.rank();
-    std::visit([&](const auto& a) { run_on(comm, a); }, args(r, c.recv[r].data(), o.wire));
+  c.call_into = [&o, args](fc::Communicator& comm, float* recv) {
+    std::visit([&](const auto& a) { run_on(comm, a); }, args(comm.rank(), recv, o.wire));
   };
+  c.call = [&c](fc::Communicator& comm) { c.call_into(comm, c.recv[comm.rank()].data()); };
   c.ref = [&c, args, P](const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out) {
     out.resize(P);
     std::vector<AnyArgs> all;

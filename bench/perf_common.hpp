@@ -104,6 +104,8 @@ class Printer {
 struct CollectiveCase {
   std::vector<std::vector<float>> send, recv;
   std::function<void(fc::Communicator&)> call;  // the op on comm.rank()'s buffers
+  /// The op with comm.rank()'s receive buffer at `recv` instead (same size).
+  std::function<void(fc::Communicator&, float* recv)> call_into;
   /// ref/ on the same inputs with wire options `wire`, into `out` (one buffer per rank).
   std::function<void(const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out)> ref;
   std::int64_t bytes = 0, count = 0;

@@ -166,16 +166,13 @@ std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& 
     row.bytes = c.bytes;
     row.count = c.count;
     row.busbw_factor = c.busbw_factor;
-    // --symmetric: fusedcoll's All-to-All receives into a SymmetricBuffer (peers put straight
+    // --symmetric: fusedcoll's collective receives into a SymmetricBuffer (peers put straight
     // into it); the check copies it out to the case's receive buffer.
     std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
     std::function<void()> ours = [&] { c.call(comm); };
     if (o.symmetric) {
       sym = std::make_unique<fc::mpi::SymmetricBuffer>(comm, c.recv[me].size() * sizeof(float));
-      fc::AllToAllvArgs a =
-          fc::make_alltoall(c.send[me].data(), sym->data(), c.per_peer, fc::DType::f32, P);
-      a.wire = o.wire;
-      ours = [a, &comm] { fc::all_to_allv(comm, a); };
+      ours = [&] { c.call_into(comm, sym->as<float>()); };
     }
     const auto times = time_interleaved({ours, ompi_call(o, c, me, P)}, o, rng);
     row.seconds = times[0];

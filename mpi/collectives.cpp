@@ -44,19 +44,34 @@ void combine(Runtime& rt, void* dst, const void* left, const void* right, std::i
 }
 
 /// The all-gather phase of AllReduce: this rank's finished chunk already sits at its offset in the
-/// gather area (at `gather_at`); give it to everyone, collect everyone's, copy it all into `recv`.
-void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a) {
+/// gather area (at `gather_at`); give it to everyone, collect everyone's, copy it into `recv`. A
+/// peer whose `recv` is a SymmetricBuffer (`land`) gets the chunk put straight into place, and
+/// then copies only its own chunk. In place that is safe: a peer's send chunk c has been read
+/// (put to its owner, or folded in the ring) before owner c can finish chunk c.
+void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a,
+                   const std::vector<Landing>& land) {
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(a.dtype);
   const Chunk mine = chunk_of(a.count, P, me);
+  const std::size_t at_mine = nbytes(mine.offset, es), bytes = nbytes(mine.length, es);
   const int out = rt.slots("all_reduce.out", P);
-  put_to_all(rt, gather_at + nbytes(mine.offset, es),
-             rt.data() + gather_at + nbytes(mine.offset, es), nbytes(mine.length, es), out);
+  const char* fin = rt.data() + gather_at + at_mine;
+  put_each(rt, bytes * static_cast<std::size_t>(P - 1), out, [&](int q) {
+    if (land[q].id < 0) {
+      rt.put(q, gather_at + at_mine, fin, bytes);
+      return;
+    }
+    rt.put_buffer(land[q].id, q, static_cast<std::size_t>(land[q].offset) + at_mine, fin, bytes);
+    rt.flush_buffer(land[q].id, q);
+  });
   wait_all_peers(rt, out, "all_reduce.out");
-  copy_bytes(a.recv, rt.data() + gather_at, nbytes(a.count, es));
+  if (land[me].id >= 0)
+    copy_bytes(at(a.recv, mine.offset, es), fin, bytes);
+  else
+    copy_bytes(a.recv, rt.data() + gather_at, nbytes(a.count, es));
 }
 
-void all_reduce_direct(Runtime& rt, const AllReduceArgs& a) {
+void all_reduce_direct(Runtime& rt, const AllReduceArgs& a, const std::vector<Landing>& land) {
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(a.dtype);
   const std::int64_t maxc = chunk_of(a.count, P, 0).length;
@@ -75,10 +90,10 @@ void all_reduce_direct(Runtime& rt, const AllReduceArgs& a) {
                     return p == me ? at(a.send, mine.offset, es)
                                    : rt.data() + inbox_at + nbytes(maxc * p, es);
                   });
-  gather_chunks(rt, gather_at, a);
+  gather_chunks(rt, gather_at, a, land);
 }
 
-void all_reduce_ring(Runtime& rt, const AllReduceArgs& a) {
+void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Landing>& land) {
   const int P = rt.size(), me = rt.rank();
   const int next = (me + 1) % P, prev = (me + P - 1) % P;
   const std::size_t es = dtype_size(a.dtype);
@@ -108,7 +123,7 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a) {
       rt.signal(next, step + s + 1);
     }
   }
-  gather_chunks(rt, gather_at, a);
+  gather_chunks(rt, gather_at, a, land);
 }
 
 }  // namespace
@@ -150,7 +165,11 @@ void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, Re
 
 void all_reduce(Runtime& rt, const AllReduceArgs& args) {
   const std::string name = std::string("all_reduce ") + to_string(args.algo);
-  enter(rt, name, args);
+  // A receive buffer in a SymmetricBuffer gets the finished chunks put straight into place.
+  std::vector<std::string> extras;
+  const std::size_t recv_bytes =
+      args.wire.format == WireFormat::none ? bytes_or_zero(args.count, args.dtype) : 0;
+  enter(rt, name, args, encode_landing(rt, args.recv, recv_bytes, {}), &extras);
   if (args.wire.format != WireFormat::none) {
     all_reduce_wire(rt, args);
     return;
@@ -162,10 +181,11 @@ void all_reduce(Runtime& rt, const AllReduceArgs& args) {
     if (args.op == ReduceOp::avg) detail::finish_average(args.recv, args.count, args.dtype, 1);
     return;
   }
+  const std::vector<Landing> land = decode_landings(extras);
   if (args.algo == AllReduceAlgo::ring)
-    all_reduce_ring(rt, args);
+    all_reduce_ring(rt, args, land);
   else
-    all_reduce_direct(rt, args);
+    all_reduce_direct(rt, args, land);
 }
 
 void reduce_scatter(Runtime& rt, const ReduceScatterArgs& args) {
@@ -244,7 +264,7 @@ std::string recv_landing(const Runtime& rt, const AllToAllvArgs& a) {
   if (a.wire.format == WireFormat::none && a.recv_counts.size() == P && a.recv_displs.size() == P)
     for (std::size_t p = 0; p < P; ++p)
       if (a.recv_counts[p] > 0) extent = std::max(extent, a.recv_displs[p] + a.recv_counts[p]);
-  return encode_landing(rt, a.recv, nbytes(extent, dtype_size(a.dtype)), a.recv_displs);
+  return encode_landing(rt, a.recv, bytes_or_zero(extent, a.dtype), a.recv_displs);
 }
 
 }  // namespace

@@ -99,6 +99,17 @@ struct Landing {
   std::int64_t offset = 0;
   std::vector<std::int64_t> layout;
 };
+/// Bytes of `n` elements of `dtype`, or 0 for a malformed call (count <= 0, unknown dtype): a
+/// landing is computed before `enter`, which reports a malformed call on every rank, so it must
+/// not throw on one rank first.
+inline std::size_t bytes_or_zero(std::int64_t n, DType dtype) noexcept {
+  if (n <= 0) return 0;
+  try {
+    return static_cast<std::size_t>(n) * dtype_size(dtype);
+  } catch (...) {
+    return 0;
+  }
+}
 /// The landing of the `bytes` at `p` (id -1 when `bytes` is 0), serialised.
 std::string encode_landing(const Runtime& rt, const void* p, std::size_t bytes,
                            const std::vector<std::int64_t>& layout);

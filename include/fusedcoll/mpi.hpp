@@ -39,10 +39,11 @@ Communicator make_communicator(MPI_Comm comm, const Options& options = {});
 Communicator init(int& argc, char**& argv, const Options& options = {});
 
 /// Memory the peers write into directly: the MPI analogue of a registered (NCCL) or symmetric
-/// (NVSHMEM) buffer. An All-to-All(v) whose `recv` lies inside one has every peer's segment put
-/// straight into its final place, one copy per byte as in `MPI_Alltoall`; into ordinary memory
-/// segments land in the communicator's window first and are copied out (docs/mpi.md). Results are
-/// the same bits either way.
+/// (NVSHMEM) buffer. An All-to-All(v) or AllReduce whose `recv` lies inside one, or a scale-up
+/// EmbeddingAllToAll / GemmAllToAll whose output does, has the peers' data put straight into its
+/// final place, one copy per byte as in `MPI_Alltoall`; into ordinary memory data lands in the
+/// communicator's window first and is copied out (docs/mpi.md). Results are the same bits either
+/// way.
 ///
 /// Making and destroying one are collective over the communicator's ranks, in the same order as
 /// its other calls (one `MPI_Win_allocate` window each; sizes may differ between ranks). A buffer

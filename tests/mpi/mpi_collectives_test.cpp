@@ -92,10 +92,11 @@ TEST(MpiCollectives, AllToAllvMatchesRef) {
   run_cases(cases);
 }
 
-// Receive buffers in SymmetricBuffers: peers put straight into them. Every rank, or only the even
-// ranks (the others receive through the window), with the cases' whole blocks (send regions, gaps
-// and poison included) copied into the buffer and back.
-TEST(MpiCollectives, AllToAllvIntoSymmetricBuffersMatchesRef) {
+// Receive buffers in SymmetricBuffers: peers put straight into them (All-to-All segments,
+// AllReduce's finished chunks). Every rank, or only the even ranks (the others receive through the
+// window), with the cases' whole blocks (send regions, gaps and poison included) copied into the
+// buffer and back; in place, send lies in the buffer too.
+TEST(MpiCollectives, IntoSymmetricBuffersMatchRef) {
   const int P = world_size();
   for (bool only_even : {false, true}) {
     Cases cases;
@@ -103,6 +104,13 @@ TEST(MpiCollectives, AllToAllvIntoSymmetricBuffersMatchesRef) {
     for (DType dt : {DType::f32, DType::f16, DType::i64})
       add_all_to_allv(cases, P, dt, 1, ++seed);
     add_all_to_allv(cases, P, DType::f32, 3000, ++seed);
+    for (AllReduceAlgo algo : kAlgos)
+      for (bool in_place : {false, true})
+        for (std::int64_t count : {std::int64_t{7}, std::int64_t{1000}, std::int64_t{3 * 32768 * P + 3}}) {
+          add_all_reduce(cases, P, count, DType::f32, ReduceOp::sum, algo, in_place, ++seed);
+          if (count < 32768)
+            add_all_reduce(cases, P, count, DType::i64, ReduceOp::avg, algo, in_place, ++seed);
+        }
     std::size_t most = 0;
     for (auto& c : cases) most = std::max(most, c->got[me()].size());
     fusedcoll::mpi::SymmetricBuffer buf(fctest::world(), most + 64);
