@@ -130,31 +130,4 @@ void decode(Reader& r, BroadcastArgs& a) {
   a.root = static_cast<int>(r.i64());
 }
 
-std::string encode_landing(const Runtime& rt, const void* p, std::size_t bytes,
-                           const std::vector<std::int64_t>& layout) {
-  const Runtime::Landing l = bytes > 0 ? rt.find_buffer(p, bytes) : Runtime::Landing{};
-  Record r;
-  r.i64(l.id);
-  if (l.id >= 0) {
-    r.i64(static_cast<std::int64_t>(l.offset));
-    r.list(layout);
-  }
-  return r.bytes();
-}
-
-std::vector<Landing> decode_landings(const std::vector<std::string>& extras) {
-  std::vector<Landing> out;
-  for (const std::string& e : extras) {
-    Reader r(e);
-    Landing l;
-    l.id = static_cast<int>(r.i64());
-    if (l.id >= 0) {
-      l.offset = r.i64();
-      l.layout = r.list<std::int64_t>();
-    }
-    out.push_back(std::move(l));
-  }
-  return out;
-}
-
 }  // namespace fusedcoll::mpi

@@ -166,10 +166,12 @@ void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, Re
 void all_reduce(Runtime& rt, const AllReduceArgs& args) {
   const std::string name = std::string("all_reduce ") + to_string(args.algo);
   // A receive buffer in a SymmetricBuffer gets the finished chunks put straight into place.
-  std::vector<std::string> extras;
-  const std::size_t recv_bytes =
-      args.wire.format == WireFormat::none ? bytes_or_zero(args.count, args.dtype) : 0;
-  enter(rt, name, args, encode_landing(rt, args.recv, recv_bytes, {}), &extras);
+  std::vector<Landing> land;
+  enter(rt, name, args, &land, [&] {
+    return args.wire.format == WireFormat::none
+               ? Region{args.recv, nbytes(args.count, dtype_size(args.dtype)), {}}
+               : Region{};
+  });
   if (args.wire.format != WireFormat::none) {
     all_reduce_wire(rt, args);
     return;
@@ -181,7 +183,6 @@ void all_reduce(Runtime& rt, const AllReduceArgs& args) {
     if (args.op == ReduceOp::avg) detail::finish_average(args.recv, args.count, args.dtype, 1);
     return;
   }
-  const std::vector<Landing> land = decode_landings(extras);
   if (args.algo == AllReduceAlgo::ring)
     all_reduce_ring(rt, args, land);
   else
@@ -256,29 +257,27 @@ void broadcast(Runtime& rt, const BroadcastArgs& args) {
 
 namespace {
 
-/// The landing of an All-to-All's receive buffer (layout: the receive displacements). Malformed
-/// counts are `enter`'s to report; compressed segments need decoding anyway.
-std::string recv_landing(const Runtime& rt, const AllToAllvArgs& a) {
-  const auto P = static_cast<std::size_t>(rt.size());
+/// The Region of an All-to-All's receive buffer (layout: the receive displacements); compressed
+/// segments need decoding into `recv` anyway.
+Region recv_region(const AllToAllvArgs& a) {
+  if (a.wire.format != WireFormat::none) return {};
   std::int64_t extent = 0;
-  if (a.wire.format == WireFormat::none && a.recv_counts.size() == P && a.recv_displs.size() == P)
-    for (std::size_t p = 0; p < P; ++p)
-      if (a.recv_counts[p] > 0) extent = std::max(extent, a.recv_displs[p] + a.recv_counts[p]);
-  return encode_landing(rt, a.recv, bytes_or_zero(extent, a.dtype), a.recv_displs);
+  for (std::size_t p = 0; p < a.recv_counts.size(); ++p)
+    if (a.recv_counts[p] > 0) extent = std::max(extent, a.recv_displs[p] + a.recv_counts[p]);
+  return {a.recv, nbytes(extent, dtype_size(a.dtype)), a.recv_displs};
 }
 
 }  // namespace
 
 void all_to_allv(Runtime& rt, const AllToAllvArgs& args) {
-  std::vector<std::string> extras;
-  const auto all = enter(rt, "all_to_allv", args, recv_landing(rt, args), &extras);
+  std::vector<Landing> land;
+  const auto all = enter(rt, "all_to_allv", args, &land, [&] { return recv_region(args); });
   if (args.wire.format != WireFormat::none) {
     all_to_allv_wire(rt, args, all);
     return;
   }
   const int P = rt.size(), me = rt.rank();
   const std::size_t es = dtype_size(args.dtype);
-  const std::vector<Landing> land = decode_landings(extras);
   // A rank whose receive buffer is a SymmetricBuffer gets its segments put straight into place
   // (one copy, as MPI_Alltoall makes); the others' arrive in their window and are copied out.
   // Rank q's receive area holds the segments of all sources in rank order.

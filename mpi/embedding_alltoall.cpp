@@ -280,18 +280,10 @@ void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mod
              "unknown mode ", static_cast<int>(mode));
   const std::string name = std::string("embedding_alltoall ") + to_string(mode);
   // Scale-up puts rows straight into a destination's output when that is a SymmetricBuffer.
-  std::string landing;
-  const TensorView& o = args.output;
-  if (mode == Mode::scale_up && o.rank() == 3 && o.size(0) > 0 && o.size(1) > 0 && o.size(2) > 0)
-    landing = encode_landing(rt, o.data(),
-                             fbytes((o.size(0) - 1) * o.stride(0) + (o.size(1) - 1) * o.stride(1) +
-                                    (o.size(2) - 1) * o.stride(2) + 1),
-                             {o.stride(0), o.stride(1)});
-  else
-    landing = encode_landing(rt, nullptr, 0, {});
-  std::vector<std::string> extras;
-  enter(rt, name, args, landing, &extras);
-  const std::vector<Landing> land = decode_landings(extras);
+  std::vector<Landing> land;
+  enter(rt, name, args, &land, [&] {
+    return mode == Mode::scale_up ? output_region(args.output) : Region{};
+  });
   const Plan pl(args, rt.rank(), rt.size());
   const Out mine{static_cast<float*>(args.output.data()), args.output.stride(0),
                  args.output.stride(1)};

@@ -200,16 +200,10 @@ void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode) {
   FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
              "unknown mode ", static_cast<int>(mode));
   // Scale-up puts rows straight into a source's output when that is a SymmetricBuffer.
-  const TensorView& o = args.output;
-  const std::string landing =
-      mode == Mode::scale_up && o.rank() == 2 && o.size(0) > 0 && o.size(1) > 0
-          ? encode_landing(rt, o.data(),
-                           fbytes((o.size(0) - 1) * o.stride(0) + (o.size(1) - 1) * o.stride(1) + 1),
-                           {o.stride(0)})
-          : encode_landing(rt, nullptr, 0, {});
-  std::vector<std::string> extras;
-  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args, landing, &extras);
-  const std::vector<Landing> land = decode_landings(extras);
+  std::vector<Landing> land;
+  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args, &land, [&] {
+    return mode == Mode::scale_up ? output_region(args.output) : Region{};
+  });
   const Plan pl(args, rt.rank(), rt.size());
   const OutRef mine{static_cast<float*>(args.output.data()), args.output.stride(0)};
   switch (mode) {

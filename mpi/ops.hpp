@@ -90,42 +90,47 @@ void decode(Reader& r, ReduceScatterArgs& a);
 void decode(Reader& r, AllGatherArgs& a);
 void decode(Reader& r, BroadcastArgs& a);
 
-/// Where a rank's output (an All-to-All's `recv`, a fused operator's output) lies for zero-copy
-/// puts: inside one of its SymmetricBuffers (`id`, byte `offset`), with the `layout` the peers need
-/// to address it (receive displacements, strides); `id` -1 for ordinary memory. Rank-local, so
-/// it travels as `enter`'s extra.
+/// Memory a rank receives into, as it offers it to its peers for zero-copy puts: the bytes
+/// [p, p + bytes) (none when `bytes` is 0) and the `layout` the peers need to address it (receive
+/// displacements, strides).
+struct Region {
+  const void* p = nullptr;
+  std::size_t bytes = 0;
+  std::vector<std::int64_t> layout;
+};
+
+/// Where a rank's Region lies: inside one of its SymmetricBuffers (`id`, byte `offset`), with
+/// the Region's `layout`; `id` -1 for ordinary memory, which peers cannot put into.
 struct Landing {
   int id = -1;
   std::int64_t offset = 0;
   std::vector<std::int64_t> layout;
 };
-/// Bytes of `n` elements of `dtype`, or 0 for a malformed call (count <= 0, unknown dtype): a
-/// landing is computed before `enter`, which reports a malformed call on every rank, so it must
-/// not throw on one rank first.
-inline std::size_t bytes_or_zero(std::int64_t n, DType dtype) noexcept {
-  if (n <= 0) return 0;
-  try {
-    return static_cast<std::size_t>(n) * dtype_size(dtype);
-  } catch (...) {
-    return 0;
+
+/// The Region of a (valid, f32) operator output: its span, and every stride but the last.
+inline Region output_region(const TensorView& o) {
+  Region r{o.data(), 0, {}};
+  std::int64_t last = 0;
+  for (int d = 0; d < o.rank(); ++d) {
+    if (o.size(d) == 0) return {};
+    last += (o.size(d) - 1) * o.stride(d);
+    if (d + 1 < o.rank()) r.layout.push_back(o.stride(d));
   }
+  r.bytes = static_cast<std::size_t>(last + 1) * sizeof(float);
+  return r;
 }
-/// The landing of the `bytes` at `p` (id -1 when `bytes` is 0), serialised.
-std::string encode_landing(const Runtime& rt, const void* p, std::size_t bytes,
-                           const std::vector<std::int64_t>& layout);
-/// Every rank's landing from `enter`'s extras.
-std::vector<Landing> decode_landings(const std::vector<std::string>& extras);
 
 /// Throws the `Error` subclass of `code` with `message`, the same kind on every rank.
 [[noreturn]] void throw_code(ErrorCode code, const std::string& message);
 
 /// The prologue of every call. Returns every rank's global fields (index = rank); local views in
-/// them are empty. `extra` is rank-local information for the peers (not checked for agreement);
-/// every rank's lands in `extras` when given.
+/// them are empty. With `land`, it also returns where every rank receives: `region()` is this
+/// rank's Region, asked only once its call has passed `check`, and each rank looks it up among
+/// its SymmetricBuffers (rank-local information, not checked for agreement).
 template <class Args>
 std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args,
-                        const std::string& extra = {},
-                        std::vector<std::string>* extras = nullptr) {
+                        std::vector<Landing>* land = nullptr,
+                        const std::function<Region()>& region = {}) {
   rt.begin_call();
   rt.set_agreement(true);
   rt.set_activity("in " + op + " (exchanging arguments)");
@@ -140,7 +145,14 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args,
   rec.str(own.message);
   if (own.ok()) {
     encode(rec, args);
-    rec.str(extra);
+    const Region mine = region ? region() : Region{};
+    const Runtime::Landing l = mine.bytes > 0 ? rt.find_buffer(mine.p, mine.bytes)
+                                              : Runtime::Landing{};
+    rec.i64(l.id);
+    if (l.id >= 0) {
+      rec.i64(static_cast<std::int64_t>(l.offset));
+      rec.list(mine.layout);
+    }
   }
   const std::vector<std::string> records = rt.exchange(rec.bytes());
 
@@ -167,10 +179,16 @@ std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args,
       throw_code(status[r].code, detail::make_string("fusedcoll mpi: rank ", r, "'s call to ", op,
                                                      " is invalid: ", status[r].message));
     }
-  for (int r = 0; r < P; ++r) decode(readers[r], all[r]);
-  if (extras) {
-    extras->resize(static_cast<std::size_t>(P));
-    for (int r = 0; r < P; ++r) (*extras)[r] = readers[r].str();
+  if (land) land->assign(static_cast<std::size_t>(P), Landing{});
+  for (int r = 0; r < P; ++r) {
+    decode(readers[r], all[r]);
+    Landing l;
+    l.id = static_cast<int>(readers[r].i64());
+    if (l.id >= 0) {
+      l.offset = readers[r].i64();
+      l.layout = readers[r].list<std::int64_t>();
+    }
+    if (land) (*land)[static_cast<std::size_t>(r)] = std::move(l);
   }
   for (int a = 0; a < P; ++a)
     for (int b = a + 1; b < P; ++b) check_consistent(all[a], a, all[b], b);
