@@ -29,16 +29,10 @@
 
 namespace {
 
-using namespace fctest::collectives;  // Case, add_case, the builders
+using namespace fctest::collectives;  // Case, add_case, the builders and grids
 
 using fusedcoll::emu::World;
 using fusedcoll::emu::WorldOptions;
-
-const std::int64_t kCounts[] = {0, 1, 7, 1000};  // 1000 is not divisible by 3 or 8
-const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
-const DType kReducible[] = {DType::f32, DType::i32, DType::i64};
-const AllReduceAlgo kAlgos[] = {AllReduceAlgo::direct, AllReduceAlgo::ring};
-
 
 /// A mix of every collective, used under fuzzing and small residency limits.
 void add_mix(Cases& cases, int P, std::uint64_t seed) {
@@ -86,18 +80,7 @@ TEST_P(EmuCollectives, AllReduceMatchesRef) {
   World world(options());
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
-  std::uint64_t seed = 100;
-  for (std::int64_t count : kCounts)
-    for (DType dt : kReducible)
-      for (ReduceOp op : kOps)
-        for (AllReduceAlgo algo : kAlgos)
-          for (bool in_place : {false, true})
-            add_all_reduce(cases, P, count, dt, op, algo, in_place, ++seed);
-  // Several 64 KiB tiles per chunk.
-  for (AllReduceAlgo algo : kAlgos)
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
-      add_all_reduce(cases, P, 2 * 16384 * P + 3, DType::f32, op, algo, op == ReduceOp::avg,
-                     ++seed);
+  add_all_reduce_grid(cases, P, 2 * 16384 * P + 3);  // several 64 KiB tiles per chunk
   run_cases(world, cases);
 }
 
@@ -106,26 +89,7 @@ TEST_P(EmuCollectives, AllToAllvMatchesRef) {
   World world(options());
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
-  std::uint64_t seed = 200;
-  for (DType dt : {DType::f16, DType::f32, DType::i64, DType::f8_e4m3, DType::bf16})
-    add_all_to_allv(cases, P, dt, 1, ++seed);
-  add_all_to_allv(cases, P, DType::f16, 2000, ++seed);  // blocks of several tiles
-  // The equal-count form.
-  std::vector<std::int64_t> counts = {0, 1, 5};
-  for (std::int64_t n : counts) {
-    const std::size_t e = esize(DType::f16);
-    Layout L;
-    const std::size_t send_at = L.add(n * P * e), recv_at = L.add(n * P * e);
-    const std::uint64_t s = ++seed;
-    add_case<AllToAllvArgs>(
-        cases, "alltoall count=" + std::to_string(n), std::vector<std::size_t>(P, L.size),
-        [=](int r, unsigned char* m) {
-          fusedcoll::fill_values(m + send_at, n * P, DType::f16, s, 6, r, ValueMode::random);
-        },
-        [=](int, unsigned char* m) {
-          return fusedcoll::make_alltoall(m + send_at, m + recv_at, n, DType::f16, P);
-        });
-  }
+  add_all_to_allv_grid(cases, P);
   run_cases(world, cases);
 }
 
@@ -134,16 +98,7 @@ TEST_P(EmuCollectives, ReduceScatterMatchesRef) {
   World world(options());
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
-  std::uint64_t seed = 300;
-  for (int kind : {0, 1, 2})
-    for (DType dt : kReducible)
-      for (ReduceOp op : kOps)
-        for (bool in_place : {false, true}) {
-          ++seed;
-          add_reduce_scatter(cases, uneven(P, kind, 250, seed), dt, op, in_place, seed);
-        }
-  ++seed;
-  add_reduce_scatter(cases, uneven(P, 2, 50000, seed), DType::f32, ReduceOp::sum, true, seed);
+  add_reduce_scatter_grid(cases, P);
   run_cases(world, cases);
 }
 
@@ -152,15 +107,7 @@ TEST_P(EmuCollectives, AllGatherMatchesRef) {
   World world(options());
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
-  std::uint64_t seed = 400;
-  for (int kind : {0, 1, 2})
-    for (DType dt : {DType::f32, DType::f16, DType::i64, DType::f8_e5m2})
-      for (bool in_place : {false, true}) {
-        ++seed;
-        add_all_gather(cases, uneven(P, kind, 250, seed), dt, in_place, seed);
-      }
-  ++seed;
-  add_all_gather(cases, uneven(P, 2, 50000, seed), DType::f16, true, seed);
+  add_all_gather_grid(cases, P);
   run_cases(world, cases);
 }
 
@@ -169,13 +116,7 @@ TEST_P(EmuCollectives, BroadcastMatchesRef) {
   World world(options());
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
-  std::uint64_t seed = 500;
-  for (int root = 0; root < P; ++root)
-    for (std::int64_t count : kCounts)
-      for (DType dt : {DType::f32, DType::bf16, DType::i64})
-        for (bool in_place : {false, true})
-          add_broadcast(cases, P, count, dt, root, in_place, ++seed);
-  add_broadcast(cases, P, 70001, DType::f16, P - 1, false, ++seed);  // several tiles
+  add_broadcast_grid(cases, P);
   run_cases(world, cases);
 }
 

@@ -378,4 +378,84 @@ inline void add_broadcast(Cases& cases, int P, std::int64_t count, DType dt, int
       });
 }
 
+// --- The grids every backend's suite runs -----------------------------------------------------
+
+inline constexpr std::int64_t kCounts[] = {0, 1, 7, 1000};  // 1000 is not divisible by 3 or 8
+inline constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
+inline constexpr DType kReducible[] = {DType::f32, DType::i32, DType::i64};
+inline constexpr AllReduceAlgo kAlgos[] = {AllReduceAlgo::direct, AllReduceAlgo::ring};
+
+/// Every count, reducible type, op and algorithm, out of and in place; then `large` elements
+/// (sum, and avg in place), which must span several of the backend's tiles or fold pieces.
+inline void add_all_reduce_grid(Cases& cases, int P, std::int64_t large) {
+  std::uint64_t seed = 100;
+  for (std::int64_t count : kCounts)
+    for (DType dt : kReducible)
+      for (ReduceOp op : kOps)
+        for (AllReduceAlgo algo : kAlgos)
+          for (bool in_place : {false, true})
+            add_all_reduce(cases, P, count, dt, op, algo, in_place, ++seed);
+  for (AllReduceAlgo algo : kAlgos)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      add_all_reduce(cases, P, large, DType::f32, op, algo, op == ReduceOp::avg, ++seed);
+}
+
+/// Uneven All-to-All(v) in several types, blocks of several tiles, and the equal-count form.
+inline void add_all_to_allv_grid(Cases& cases, int P) {
+  std::uint64_t seed = 200;
+  for (DType dt : {DType::f16, DType::f32, DType::i64, DType::f8_e4m3, DType::bf16})
+    add_all_to_allv(cases, P, dt, 1, ++seed);
+  add_all_to_allv(cases, P, DType::f16, 2000, ++seed);
+  for (std::int64_t n : {0, 1, 5}) {
+    const std::size_t e = esize(DType::f16);
+    Layout L;
+    const std::size_t send_at = L.add(n * P * e), recv_at = L.add(n * P * e);
+    const std::uint64_t s = ++seed;
+    add_case<AllToAllvArgs>(
+        cases, fusedcoll::detail::make_string("alltoall count=", n),
+        std::vector<std::size_t>(P, L.size),
+        [=](int r, unsigned char* m) {
+          fusedcoll::fill_values(m + send_at, n * P, DType::f16, s, 6, r, ValueMode::random);
+        },
+        [=](int, unsigned char* m) {
+          return fusedcoll::make_alltoall(m + send_at, m + recv_at, n, DType::f16, P);
+        });
+  }
+}
+
+inline void add_reduce_scatter_grid(Cases& cases, int P) {
+  std::uint64_t seed = 300;
+  for (int kind : {0, 1, 2})
+    for (DType dt : kReducible)
+      for (ReduceOp op : kOps)
+        for (bool in_place : {false, true}) {
+          ++seed;
+          add_reduce_scatter(cases, uneven(P, kind, 250, seed), dt, op, in_place, seed);
+        }
+  ++seed;
+  add_reduce_scatter(cases, uneven(P, 2, 50000, seed), DType::f32, ReduceOp::sum, true, seed);
+}
+
+inline void add_all_gather_grid(Cases& cases, int P) {
+  std::uint64_t seed = 400;
+  for (int kind : {0, 1, 2})
+    for (DType dt : {DType::f32, DType::f16, DType::i64, DType::f8_e5m2})
+      for (bool in_place : {false, true}) {
+        ++seed;
+        add_all_gather(cases, uneven(P, kind, 250, seed), dt, in_place, seed);
+      }
+  ++seed;
+  add_all_gather(cases, uneven(P, 2, 50000, seed), DType::f16, true, seed);
+}
+
+inline void add_broadcast_grid(Cases& cases, int P) {
+  std::uint64_t seed = 500;
+  for (int root = 0; root < P; ++root)
+    for (std::int64_t count : kCounts)
+      for (DType dt : {DType::f32, DType::bf16, DType::i64})
+        for (bool in_place : {false, true})
+          add_broadcast(cases, P, count, dt, root, in_place, ++seed);
+  add_broadcast(cases, P, 70001, DType::f16, P - 1, false, ++seed);  // several tiles
+}
+
 }  // namespace fctest::collectives

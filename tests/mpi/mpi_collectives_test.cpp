@@ -28,12 +28,7 @@
 
 namespace {
 
-using namespace fctest::collectives;  // Case, add_case, the builders
-
-const std::int64_t kCounts[] = {0, 1, 7, 1000};  // 1000 is not divisible by 3
-const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
-const DType kReducible[] = {DType::f32, DType::i32, DType::i64};
-const AllReduceAlgo kAlgos[] = {AllReduceAlgo::direct, AllReduceAlgo::ring};
+using namespace fctest::collectives;  // Case, add_case, the builders and grids
 
 int me() { return fctest::world().rank(); }
 int world_size() { return fctest::world().size(); }
@@ -52,43 +47,14 @@ void run_cases(Cases& cases) {
 TEST(MpiCollectives, AllReduceMatchesRef) {
   const int P = world_size();
   Cases cases;
-  std::uint64_t seed = 100;
-  for (std::int64_t count : kCounts)
-    for (DType dt : kReducible)
-      for (ReduceOp op : kOps)
-        for (AllReduceAlgo algo : kAlgos)
-          for (bool in_place : {false, true})
-            add_all_reduce(cases, P, count, dt, op, algo, in_place, ++seed);
-  // Several fold pieces per chunk, and a window that must grow.
-  for (AllReduceAlgo algo : kAlgos)
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
-      add_all_reduce(cases, P, 3 * 32768 * P + 3, DType::f32, op, algo, op == ReduceOp::avg,
-                     ++seed);
+  add_all_reduce_grid(cases, P, 3 * 32768 * P + 3);  // several fold pieces; the window grows
   run_cases(cases);
 }
 
 TEST(MpiCollectives, AllToAllvMatchesRef) {
   const int P = world_size();
   Cases cases;
-  std::uint64_t seed = 200;
-  for (DType dt : {DType::f16, DType::f32, DType::i64, DType::f8_e4m3, DType::bf16})
-    add_all_to_allv(cases, P, dt, 1, ++seed);
-  add_all_to_allv(cases, P, DType::f16, 2000, ++seed);
-  for (std::int64_t n : {0, 1, 5}) {
-    const std::size_t e = esize(DType::f16);
-    Layout L;
-    const std::size_t send_at = L.add(n * P * e), recv_at = L.add(n * P * e);
-    const std::uint64_t s = ++seed;
-    add_case<AllToAllvArgs>(
-        cases, fusedcoll::detail::make_string("alltoall count=", n),
-        std::vector<std::size_t>(P, L.size),
-        [=](int r, unsigned char* m) {
-          fusedcoll::fill_values(m + send_at, n * P, DType::f16, s, 6, r, ValueMode::random);
-        },
-        [=](int, unsigned char* m) {
-          return fusedcoll::make_alltoall(m + send_at, m + recv_at, n, DType::f16, P);
-        });
-  }
+  add_all_to_allv_grid(cases, P);
   run_cases(cases);
 }
 
@@ -106,7 +72,8 @@ TEST(MpiCollectives, IntoSymmetricBuffersMatchRef) {
     add_all_to_allv(cases, P, DType::f32, 3000, ++seed);
     for (AllReduceAlgo algo : kAlgos)
       for (bool in_place : {false, true})
-        for (std::int64_t count : {std::int64_t{7}, std::int64_t{1000}, std::int64_t{3 * 32768 * P + 3}}) {
+        for (std::int64_t count :
+             {std::int64_t{7}, std::int64_t{1000}, std::int64_t{3 * 32768 * P + 3}}) {
           add_all_reduce(cases, P, count, DType::f32, ReduceOp::sum, algo, in_place, ++seed);
           if (count < 32768)
             add_all_reduce(cases, P, count, DType::i64, ReduceOp::avg, algo, in_place, ++seed);
@@ -144,44 +111,21 @@ TEST(MpiCollectives, SymmetricBufferNeedsAnMpiCommunicator) {
 TEST(MpiCollectives, ReduceScatterMatchesRef) {
   const int P = world_size();
   Cases cases;
-  std::uint64_t seed = 300;
-  for (int kind : {0, 1, 2})
-    for (DType dt : kReducible)
-      for (ReduceOp op : kOps)
-        for (bool in_place : {false, true}) {
-          ++seed;
-          add_reduce_scatter(cases, uneven(P, kind, 250, seed), dt, op, in_place, seed);
-        }
-  ++seed;
-  add_reduce_scatter(cases, uneven(P, 2, 50000, seed), DType::f32, ReduceOp::sum, true, seed);
+  add_reduce_scatter_grid(cases, P);
   run_cases(cases);
 }
 
 TEST(MpiCollectives, AllGatherMatchesRef) {
   const int P = world_size();
   Cases cases;
-  std::uint64_t seed = 400;
-  for (int kind : {0, 1, 2})
-    for (DType dt : {DType::f32, DType::f16, DType::i64, DType::f8_e5m2})
-      for (bool in_place : {false, true}) {
-        ++seed;
-        add_all_gather(cases, uneven(P, kind, 250, seed), dt, in_place, seed);
-      }
-  ++seed;
-  add_all_gather(cases, uneven(P, 2, 50000, seed), DType::f16, true, seed);
+  add_all_gather_grid(cases, P);
   run_cases(cases);
 }
 
 TEST(MpiCollectives, BroadcastMatchesRef) {
   const int P = world_size();
   Cases cases;
-  std::uint64_t seed = 500;
-  for (int root = 0; root < P; ++root)
-    for (std::int64_t count : kCounts)
-      for (DType dt : {DType::f32, DType::bf16, DType::i64})
-        for (bool in_place : {false, true})
-          add_broadcast(cases, P, count, dt, root, in_place, ++seed);
-  add_broadcast(cases, P, 70001, DType::f16, P - 1, false, ++seed);
+  add_broadcast_grid(cases, P);
   run_cases(cases);
 }
 
