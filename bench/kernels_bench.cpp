@@ -1,4 +1,4 @@
-// fusedcoll-kernel-bench: the shared tile kernels (ref/kernels.cpp) next to reference points, all
+// fusedcoll-kernel-bench: the shared tile kernels (core/kernels.cpp) next to reference points, all
 // measured in one run with the repetitions randomly interleaved, so that drift of a noisy machine
 // hits every measurement alike. Ends with a table of ratios computed from the medians.
 //

@@ -12,7 +12,7 @@
 #include "emu/runtime.hpp"
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/detail/schedule.hpp"
-#include "ref/validate.hpp"
+#include "fusedcoll/detail/validate.hpp"
 
 namespace fusedcoll::emu::ops {
 

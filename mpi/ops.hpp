@@ -17,7 +17,7 @@
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "mpi/runtime.hpp"
-#include "ref/validate.hpp"
+#include "fusedcoll/detail/validate.hpp"
 
 namespace fusedcoll::mpi {
 

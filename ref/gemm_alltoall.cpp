@@ -6,7 +6,7 @@
 
 #include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/ref.hpp"
-#include "ref/validate.hpp"
+#include "fusedcoll/detail/validate.hpp"
 
 namespace fusedcoll::ref {
 

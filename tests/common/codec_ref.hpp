@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// An independent reference for the codecs, written from the format definitions in double
-/// arithmetic (no bit tricks shared with ref/codec.cpp): a code's value is
+/// arithmetic (no bit tricks shared with core/codec.cpp): a code's value is
 /// (-1)^s * 2^(e - bias) * (1 + m / 2^M) (normal) or (-1)^s * 2^(1 - bias) * (m / 2^M)
 /// (subnormal); encoding picks the multiple of the binade's spacing nearest to |x| with
 /// `nearbyint` (round half to even in the default rounding mode), then applies the overflow rule.

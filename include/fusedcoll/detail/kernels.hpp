@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// The shared tile kernels. ref/ and emu/ (and the CPU side of every later backend) call these
-/// very functions, compiled once in ref/kernels.cpp with FP contraction off, so the bits of a tile
+/// very functions, compiled once in core/kernels.cpp with FP contraction off, so the bits of a tile
 /// cannot drift between backends. Each kernel computes whole output elements in the order pinned
 /// by docs/semantics.md; tiles split output dimensions only.
 ///

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// The compressed wire as ref/ and every backend see it: amax tables, the agreed scales, and the
-/// encode/decode of a run of elements at a known index. Compiled once (ref/compression.cpp), so
+/// encode/decode of a run of elements at a known index. Compiled once (core/compression.cpp), so
 /// every backend scales, encodes and decodes with the same bits. Semantics: docs/compression.md.
 
 #include <cstddef>

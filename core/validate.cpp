@@ -13,7 +13,7 @@
 #include "fusedcoll/embedding_alltoall.hpp"
 #include "fusedcoll/gemm_alltoall.hpp"
 #include "fusedcoll/gemv_allreduce.hpp"
-#include "ref/validate.hpp"
+#include "fusedcoll/detail/validate.hpp"
 
 namespace fusedcoll {
 namespace detail {

@@ -2,7 +2,7 @@
 //
 // One algorithm per format, written twice: as scalar code (the reference), and as a template over
 // GCC vector types that the batch entry points instantiate for SSE2, AVX2 and AVX-512 and pick at
-// run time, as ref/kernels.cpp does. Both perform the same integer operations and the same single
+// run time, as core/kernels.cpp does. Both perform the same integer operations and the same single
 // IEEE float add (the subnormal "magic number" rounding), so every lane yields the scalar bits;
 // the tests compare them on every input class, and on all 2^32 patterns in the long suite. On
 // AVX2 and AVX-512 the f16 conversions use the F16C/AVX-512 instructions instead, whose IEEE
@@ -22,7 +22,7 @@
 #include "fusedcoll/env.hpp"
 
 #if defined(__FAST_MATH__)
-#error "ref/codec.cpp pins IEEE rounding; build it without -ffast-math"
+#error "core/codec.cpp pins IEEE rounding; build it without -ffast-math"
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)

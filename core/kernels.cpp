@@ -30,7 +30,7 @@
 #include "fusedcoll/gemv_allreduce.hpp"
 
 #if defined(__FAST_MATH__)
-#error "ref/kernels.cpp pins the rounding of every product and sum; build it without -ffast-math"
+#error "core/kernels.cpp pins the rounding of every product and sum; build it without -ffast-math"
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
