@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// `Communicator`: the value handle SPMD user code holds, one per rank, whatever the backend
-/// (emulator today; MPI and GPU later). The same per-rank code runs unchanged on every backend.
+/// (the emulator, MPI, the GPU's single-device world). The same per-rank code runs unchanged on
+/// every backend.
 
 #include <cstdint>
 #include <memory>
