@@ -1,14 +1,108 @@
-// World::run (SPMD host threads, failure propagation) and the emulator's Backend.
+// The World: its state's construction from the options (devices, ranks, links, watchdog) and
+// teardown, World::run (SPMD host threads, failure propagation) and the emulator's Backend.
+
+#include <oneapi/tbb/global_control.h>
 
 #include <exception>
 #include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "emu/link.hpp"
 #include "emu/ops.hpp"
 #include "emu/state.hpp"
+#include "fusedcoll/env.hpp"
 
 namespace fusedcoll::emu {
+
+// ----------------------------------------------------------------------------------------------
+// World::State
+
+World::State::State(const WorldOptions& o) : options(o) {
+  enforce_env();
+  FC_ENFORCE(o.world_size >= 1 && o.world_size <= 64, "emu world_size ", o.world_size,
+             " is outside [1, 64]");
+  FC_ENFORCE(o.device.compute_units >= 1 && o.device.compute_units <= 64, "compute_units ",
+             o.device.compute_units, " is outside [1, 64]");
+  FC_ENFORCE(o.device.max_resident_wgs >= 0, "max_resident_wgs is negative");
+  size = o.world_size;
+  compute_units = o.device.compute_units;
+  max_resident = o.device.max_resident_wgs > 0 ? o.device.max_resident_wgs : 4 * compute_units;
+  timeout_s = o.timeout_s > 0 ? o.timeout_s : env().timeout_s;
+  fuzz_seed = o.fuzz_seed != 0 ? o.fuzz_seed : env().fuzz_seed;
+  check_protocol = o.check_protocol || env().check_protocol;
+  FC_ENFORCE(o.link_gbps >= 0 && o.link_gbps <= 1e6, "link_gbps ", o.link_gbps,
+             " is outside [0, 1e6]");
+  FC_ENFORCE(o.link_latency_us >= 0 && o.link_latency_us <= 1e6, "link_latency_us ",
+             o.link_latency_us, " is outside [0, 1e6]");
+  link_gbps = o.link_gbps > 0 ? o.link_gbps : env().link_gbps;
+  link_latency_us = o.link_latency_us > 0 ? o.link_latency_us : env().link_latency_us;
+  trace_path = env().trace_path;
+  tracing = !trace_path.empty();
+  origin = std::chrono::steady_clock::now();
+  // Every device gets its compute units as real threads (they idle when nothing is runnable).
+  parallelism =
+      std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                            static_cast<std::size_t>(size * compute_units + 1));
+  for (int r = 0; r < size; ++r) devices.push_back(std::make_unique<impl::Device>(this, r));
+  activity.assign(size, "not started");
+  rendezvous_seq.assign(size, 0);
+  allocs_done.assign(size, 0);
+  slot_keys.resize(size);
+  next_slot.assign(size, 0);
+  for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<Rank>(*this, r));
+  impl::start_links(*this);
+  watchdog = std::thread([this] { watch(); });
+}
+
+World::State::~State() {
+  {
+    std::lock_guard lock(watch_mu);
+    stopping = true;
+  }
+  watch_cv.notify_all();
+  watchdog.join();
+  impl::stop_links(*this);
+  for (auto& d : devices) d->arena.terminate();
+  if (tracing) write_trace();
+}
+
+Rank::Rank(World::State& world, int rank) : world_(world), rank_(rank) {
+  expected_.assign(kSlotsPerDevice, 0);
+}
+
+int Rank::size() const noexcept { return world_.size; }
+int Rank::compute_units() const noexcept { return world_.compute_units; }
+int Rank::max_resident_wgs() const noexcept { return world_.max_resident; }
+
+World::World(WorldOptions options) : state_(std::make_unique<State>(options)) {}
+World::~World() = default;
+int World::size() const noexcept { return state_->size; }
+const WorldOptions& World::options() const noexcept { return state_->options; }
+std::uint64_t World::bytes_sent(int rank) const {
+  FC_ENFORCE(rank >= 0 && rank < state_->size, "bytes_sent of rank ", rank, " in a world of ",
+             state_->size);
+  return state_->devices[rank]->bytes_sent.load(std::memory_order_relaxed);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Failures crossing threads
+
+std::exception_ptr impl::clone_error(std::exception_ptr e, const std::string& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return make_error(err.code(), prefix + err.what());
+  } catch (const std::exception& err) {
+    return std::make_exception_ptr(std::runtime_error(prefix + err.what()));
+  } catch (...) {
+    return std::make_exception_ptr(std::runtime_error(prefix + "unknown exception"));
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// World::run and the Backend
+
 namespace {
 
 class EmuBackend final : public Backend {
@@ -20,7 +114,9 @@ class EmuBackend final : public Backend {
   void embedding_alltoall(const EmbeddingAllToAllArgs& a, Mode m) override {
     ops::embedding_alltoall(rk_, a, m);
   }
-  void gemv_allreduce(const GemvAllReduceArgs& a, Mode m) override { ops::gemv_allreduce(rk_, a, m); }
+  void gemv_allreduce(const GemvAllReduceArgs& a, Mode m) override {
+    ops::gemv_allreduce(rk_, a, m);
+  }
   void gemm_alltoall(const GemmAllToAllArgs& a, Mode m) override { ops::gemm_alltoall(rk_, a, m); }
   void all_reduce(const AllReduceArgs& a) override { ops::all_reduce(rk_, a); }
   void all_to_allv(const AllToAllvArgs& a) override { ops::all_to_allv(rk_, a); }
@@ -88,7 +184,8 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
       root = &f;
       break;
     }
-  std::rethrow_exception(impl::clone_error(root->error, "rank " + std::to_string(root->rank) + ": "));
+  std::rethrow_exception(
+      impl::clone_error(root->error, "rank " + std::to_string(root->rank) + ": "));
 }
 
 }  // namespace fusedcoll::emu

@@ -169,7 +169,9 @@ TEST(EmuRuntime, WaitingWorkgroupsDoNotHoldThreads) {
 }
 
 TEST(EmuRuntime, MissingSignalTimesOutNamingTheWaiterAndSilentRanks) {
-  fc::emu::World world({.world_size = 3, .device = {.compute_units = 2}, .timeout_s = 0.3});
+  // 2 s, not less: under ThreadSanitizer with several test processes on 2 cores, rank 1's WG had
+  // not yet signalled (and rank 2's thread had not started) when a 0.3 s timeout fired.
+  fc::emu::World world({.world_size = 3, .device = {.compute_units = 2}, .timeout_s = 2});
   expect_error<fc::TimeoutError>(
       [&] {
         world.run([&](fc::Communicator& comm) {
@@ -213,7 +215,8 @@ TEST(EmuRuntime, RankThatNeverEntersTheOpIsNamed) {
   fc::GemvProblem problem{.world_size = 3, .m = 1, .n = 12, .k_splits = {4, 4, 4}};
   auto data = fc::make_world(problem);
   auto args = fc::args_of(data);
-  fc::emu::World world({.world_size = 3, .device = {.compute_units = 1}, .timeout_s = 0.3});
+  // 2 s: every other rank must have entered the call (and rank 2 returned) before it fires.
+  fc::emu::World world({.world_size = 3, .device = {.compute_units = 1}, .timeout_s = 2});
   expect_error<fc::TimeoutError>(
       [&] {
         world.run([&](fc::Communicator& comm) {

@@ -1,0 +1,294 @@
+// Kernel execution and waits: devices as oneTBB arenas, workgroups as coroutines run as arena
+// tasks, residency (at most max_resident_wgs started and unfinished), waits on signal slots and the
+// wake-ups that resume them, kernel launch and completion.
+//
+// Why coroutines and not `tbb::task::suspend`: a suspended workgroup must not hold a thread
+// (8 devices x 4 compute units run on 2 cores), and oneTBB's resumable tasks switch stacks with
+// swapcontext, which ThreadSanitizer cannot follow (it crashes). A C++20 coroutine suspends by
+// returning, so waiting costs no thread and the sanitizers see ordinary code.
+
+#include "emu/scheduler.hpp"
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "emu/link.hpp"
+#include "emu/state.hpp"
+
+namespace fusedcoll::emu {
+
+using Clock = std::chrono::steady_clock;
+
+const char* to_string(Cmp c) noexcept {
+  switch (c) {
+    case Cmp::eq:
+      return "==";
+    case Cmp::ne:
+      return "!=";
+    case Cmp::gt:
+      return ">";
+    case Cmp::ge:
+      return ">=";
+    case Cmp::lt:
+      return "<";
+    case Cmp::le:
+      return "<=";
+  }
+  return "?";
+}
+
+namespace {
+
+bool satisfied(std::uint64_t current, Cmp cmp, std::uint64_t value) {
+  switch (cmp) {
+    case Cmp::eq:
+      return current == value;
+    case Cmp::ne:
+      return current != value;
+    case Cmp::gt:
+      return current > value;
+    case Cmp::ge:
+      return current >= value;
+    case Cmp::lt:
+      return current < value;
+    case Cmp::le:
+      return current <= value;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// Scheduling
+
+namespace impl {
+
+void run_wg(WgState* wg);
+
+// The functor oneTBB stores and runs. It only carries the pointer: oneTBB's task hand-off happens
+// inside the uninstrumented libtbb, so ThreadSanitizer cannot see it; tests/tsan.supp silences
+// exactly this frame, and `run_wg` re-establishes the ordering with its own acquire.
+struct Trampoline {
+  WgState* wg;
+  [[gnu::noinline]] void operator()() const { run_wg(wg); }
+};
+
+void schedule(WgState* wg) {
+  // Read everything needed from `wg` before the release: once it is published the workgroup may
+  // run, finish, and (with its kernel) be destroyed, and the only edge ThreadSanitizer sees from
+  // here to there is this release/acquire pair (the oneTBB hand-off is invisible to it).
+  tbb::task_arena& arena = wg->kernel->device->arena;
+  wg->handoff.fetch_add(1, std::memory_order_release);
+  arena.enqueue(Trampoline{wg});
+}
+
+void run_wg(WgState* wg) {
+  wg->handoff.load(std::memory_order_acquire);
+  Kernel& k = *wg->kernel;
+  wg->cu = tbb::this_task_arena::current_thread_index();
+  if (!wg->started) {
+    wg->started = true;
+    wg->resident_since = Clock::now();
+    try {
+      wg->task = k.body(wg->ctx);
+    } catch (...) {
+      k.finish(wg, std::current_exception());
+      return;
+    }
+    wg->task.handle().promise().state = wg;
+  }
+  // After resume() returns the workgroup may already run elsewhere or be finished: touch nothing.
+  wg->task.handle().resume();
+}
+
+void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
+  World::State& world = *device->world;
+  if (wg_error) {
+    world.abort_from(wg_error, fusedcoll::detail::make_string("rank ", device->rank, " kernel '",
+                                                              name, "' WG ", wg->id));
+  }
+  trace_end(wg, "wg", wg->resident_since);
+  int completed = 1;
+  std::vector<WgState*> to_start;
+  {
+    std::lock_guard lock(device->wait_mu);
+    wg->finished = true;
+    while (next < num_wgs) {
+      WgState* n = wgs[order[next++]].get();
+      if (world.aborted.load(std::memory_order_acquire)) {
+        ++completed;  // never started: counts as done so the launch can return
+        continue;
+      }
+      to_start.push_back(n);
+      break;
+    }
+  }
+  for (WgState* n : to_start) schedule(n);
+  std::lock_guard lock(done_mu);
+  if (wg_error && !error) error = clone_error(wg_error, "");
+  finished += completed;
+  if (finished == num_wgs) done_cv.notify_all();
+}
+
+}  // namespace impl
+
+void WgTask::promise_type::FinalAwaiter::await_suspend(
+    std::coroutine_handle<promise_type> h) noexcept {
+  impl::WgState* wg = h.promise().state;
+  wg->kernel->finish(wg, h.promise().error);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Waiting
+
+bool WaitAwaiter::await_ready() const {
+  auto& dev = *wg->kernel->device;
+  return satisfied(dev.slots[slot].load(std::memory_order_acquire), cmp, value);
+}
+
+bool WaitAwaiter::await_suspend(std::coroutine_handle<>) {
+  auto& dev = *wg->kernel->device;
+  std::lock_guard lock(dev.wait_mu);
+  if (dev.world->aborted.load(std::memory_order_acquire)) return false;
+  if (satisfied(dev.slots[slot].load(std::memory_order_acquire), cmp, value)) return false;
+  wg->waiting = true;
+  wg->wait_slot = slot;
+  wg->wait_cmp = cmp;
+  wg->wait_value = value;
+  wg->wait_since = Clock::now();
+  dev.waiters.push_back(wg);
+  return true;  // from here on another thread may resume us: touch nothing
+}
+
+void WaitAwaiter::await_resume() const {
+  auto& dev = *wg->kernel->device;
+  auto& world = *dev.world;
+  if (world.aborted.load(std::memory_order_acquire)) world.throw_abort();
+  // What the workgroup observed is at least what satisfied it (slots only grow under the
+  // cumulative protocol); reading it again here covers every path out of the wait.
+  if (world.check_protocol)
+    impl::protocol_observe(wg, slot, dev.slots[slot].load(std::memory_order_acquire));
+  if (wg->waited) {
+    wg->waited = false;
+    wg->kernel->trace_end(wg, "wait", wg->wait_since);
+  }
+}
+
+namespace impl {
+
+void Device::wake_satisfied() {
+  std::vector<WgState*> ready;
+  {
+    std::lock_guard lock(wait_mu);
+    auto keep = waiters.begin();
+    for (WgState* w : waiters) {
+      if (satisfied(slots[w->wait_slot].load(std::memory_order_acquire), w->wait_cmp,
+                    w->wait_value)) {
+        w->waiting = false;
+        w->waited = true;
+        ready.push_back(w);
+      } else {
+        *keep++ = w;
+      }
+    }
+    waiters.erase(keep, waiters.end());
+  }
+  for (WgState* w : ready) schedule(w);
+}
+
+void Device::wake_all() {
+  std::vector<WgState*> ready;
+  {
+    std::lock_guard lock(wait_mu);
+    for (WgState* w : waiters) w->waiting = false;
+    ready.swap(waiters);
+  }
+  for (WgState* w : ready) schedule(w);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Devices
+
+Device::Device(World::State* w, int r)
+    : world(w),
+      rank(r),
+      arena(w->compute_units, 0),
+      slots(std::make_unique<std::atomic<std::uint64_t>[]>(kSlotsPerDevice)),
+      senders(std::make_unique<std::atomic<std::uint64_t>[]>(kSlotsPerDevice)) {
+  arena.initialize();
+}
+
+Device::~Device() = default;  // here, where Link is complete
+
+}  // namespace impl
+
+// ----------------------------------------------------------------------------------------------
+// The workgroup's view of its kernel
+
+int WgContext::rank() const noexcept { return s_->kernel->device->rank; }
+int WgContext::world_size() const noexcept { return s_->kernel->device->world->size; }
+int WgContext::wg() const noexcept { return s_->id; }
+int WgContext::num_wgs() const noexcept { return s_->kernel->num_wgs; }
+
+WaitAwaiter WgContext::wait_until(int slot, Cmp cmp, std::uint64_t value) {
+  FC_CHECK_INTERNAL(slot >= 0 && slot < kSlotsPerDevice, "wait on slot ", slot);
+  return WaitAwaiter{s_, slot, cmp, value};
+}
+
+void WgContext::compute(const char* what, const std::function<void()>& f) {
+  auto& world = *s_->kernel->device->world;
+  const auto start = Clock::now();
+  f();
+  if (world.tracing) s_->kernel->trace_end(s_, what, start);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Kernel launch
+
+void Rank::launch(const std::string& name, int num_wgs, const KernelBody& body) {
+  auto& w = world_;
+  if (w.aborted.load(std::memory_order_acquire)) w.throw_abort();
+  auto& dev = *w.devices[rank_];
+  impl::Kernel k;
+  k.device = &dev;
+  k.name = name;
+  k.num_wgs = num_wgs;
+  k.body = body;
+  k.launch_index = dev.launches++;
+  k.op_epoch = op_epoch_;
+  k.phase = w.rendezvous_seq[rank_];
+  for (int i = 0; i < num_wgs; ++i) {
+    auto s = std::make_unique<impl::WgState>();
+    s->kernel = &k;
+    s->id = i;
+    k.wgs.push_back(std::move(s));
+    k.order.push_back(i);
+  }
+  if (w.fuzz_seed != 0) w.fuzz_kernel(k, rank_);
+  set_activity(
+      fusedcoll::detail::make_string("waiting for kernel '", name, "' (", num_wgs, " WGs)"));
+  if (num_wgs == 0) return;
+  const int initial = std::min(num_wgs, w.max_resident);
+  std::vector<impl::WgState*> start;
+  {
+    std::lock_guard lock(dev.wait_mu);
+    dev.current = &k;
+    k.next = initial;
+    for (int i = 0; i < initial; ++i) start.push_back(k.wgs[k.order[i]].get());
+  }
+  for (auto* s : start) impl::schedule(s);
+  {
+    std::unique_lock lock(k.done_mu);
+    k.done_cv.wait(lock, [&] { return k.finished == k.num_wgs; });
+  }
+  {
+    std::lock_guard lock(dev.wait_mu);
+    dev.current = nullptr;
+  }
+  if (k.error) std::rethrow_exception(k.error);
+}
+
+}  // namespace fusedcoll::emu

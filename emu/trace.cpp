@@ -1,0 +1,96 @@
+// Tracing (FUSEDCOLL_TRACE): events are collected in memory while the world runs and written as
+// one Chrome/Perfetto JSON file when it is destroyed.
+
+#include "emu/trace.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "emu/state.hpp"
+
+namespace fusedcoll::emu {
+
+using Clock = std::chrono::steady_clock;
+
+namespace impl {
+
+void Kernel::trace_end(WgState* wg, const char* what, Clock::time_point start) {
+  World::State& world = *device->world;
+  if (!world.tracing) return;
+  TraceEvent e;
+  e.name = fusedcoll::detail::make_string(name, " ", what, " ", wg->id);
+  e.category = what;
+  e.pid = device->rank;
+  e.tid = std::max(wg->cu, 0);
+  e.ts_us = micros_since(world.origin, start);
+  e.dur_us = micros_since(start, Clock::now());
+  world.record(std::move(e));
+}
+
+void trace_signal(WgState& wg, int peer, int slot) {
+  World::State& world = *wg.kernel->device->world;
+  TraceEvent e;
+  e.name = fusedcoll::detail::make_string("signal r", peer, " slot ", slot);
+  e.category = "signal";
+  e.pid = wg.kernel->device->rank;
+  e.tid = std::max(wg.cu, 0);
+  e.ts_us = micros_since(world.origin, Clock::now());
+  e.dur_us = 0.5;
+  world.record(std::move(e));
+}
+
+void trace_link(Device& dev, int peer, std::size_t bytes, Clock::time_point begin, double seconds) {
+  World::State& world = *dev.world;
+  TraceEvent e;
+  e.name = fusedcoll::detail::make_string("link to r", peer, " ", bytes, " B");
+  e.category = "link";
+  e.pid = dev.rank;
+  e.tid = kLinkTrack;
+  e.ts_us = micros_since(world.origin, begin);
+  e.dur_us = seconds * 1e6;
+  world.record(std::move(e));
+}
+
+}  // namespace impl
+
+void World::State::record(impl::TraceEvent e) {
+  std::lock_guard lock(trace_mu);
+  trace.push_back(std::move(e));
+}
+
+void World::State::write_trace() {
+  std::ofstream out(trace_path);
+  if (!out) {
+    std::fprintf(stderr, "fusedcoll: cannot write trace to '%s'\n", trace_path.c_str());
+    return;
+  }
+  // Microsecond timestamps with fixed decimals: the default 6 significant digits would merge
+  // adjacent events after 0.1 s and turn later ones into exponents.
+  out << std::fixed << std::setprecision(3) << "{\"traceEvents\":[\n";
+  // A track per arena slot that ran work (oneTBB numbers the slots of a C-thread arena from 0 to
+  // C, so which slots appear depends on which threads joined).
+  std::set<std::pair<int, int>> tracks;
+  for (const auto& e : trace) tracks.insert({e.pid, e.tid});
+  bool first = true;
+  for (int r = 0; r < size; ++r) {
+    out << (first ? "" : ",\n") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r
+        << ",\"args\":{\"name\":\"device " << r << "\"}}";
+    first = false;
+  }
+  for (const auto& [pid, tid] : tracks)
+    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
+        << ",\"args\":{\"name\":\""
+        << (tid == impl::kLinkTrack ? std::string("link") : "CU " + std::to_string(tid)) << "\"}}";
+  for (const auto& e : trace)
+    out << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"" << e.category
+        << "\",\"ph\":\"X\",\"pid\":" << e.pid << ",\"tid\":" << e.tid << ",\"ts\":" << e.ts_us
+        << ",\"dur\":" << e.dur_us << "}";
+  out << "\n]}\n";
+}
+
+}  // namespace fusedcoll::emu

@@ -1,0 +1,38 @@
+#pragma once
+// Tracing (FUSEDCOLL_TRACE; docs/emulator.md, "Debugging"; emu/trace.cpp): a Chrome/Perfetto trace
+// with one process per device and one track per compute unit, plus one for the device's link.
+// Events are recorded only when `World::State::tracing` is on; callers test it first, so that a
+// run without tracing never reads the clock for it.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "emu/scheduler.hpp"
+
+namespace fusedcoll::emu::impl {
+
+/// Trace track (tid) of a device's link, after its compute units.
+inline constexpr int kLinkTrack = 1000;
+
+struct TraceEvent {
+  std::string name;
+  const char* category = "";
+  int pid = 0;
+  int tid = 0;
+  double ts_us = 0;
+  double dur_us = 0;
+};
+
+inline double micros_since(std::chrono::steady_clock::time_point origin,
+                           std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t - origin).count();
+}
+
+/// A signal from `wg` to `peer`'s `slot`, issued now.
+void trace_signal(WgState& wg, int peer, int slot);
+/// `bytes` to `peer` occupying `dev`'s link for `seconds` from `begin`.
+void trace_link(Device& dev, int peer, std::size_t bytes,
+                std::chrono::steady_clock::time_point begin, double seconds);
+
+}  // namespace fusedcoll::emu::impl
