@@ -19,6 +19,7 @@
 
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
+#include "hip/collectives.hpp"
 #include "hip/ops.hpp"
 
 namespace fusedcoll::gpu {
@@ -158,17 +159,28 @@ class RankBackend final : public Backend {
                     ops::gemm_alltoall(s_.ctx, all, mode);
                   });
   }
-  void all_reduce(const AllReduceArgs&) override { unsupported("all_reduce"); }
-  void all_to_allv(const AllToAllvArgs&) override { unsupported("all_to_allv"); }
-  void reduce_scatter(const ReduceScatterArgs&) override { unsupported("reduce_scatter"); }
-  void all_gather(const AllGatherArgs&) override { unsupported("all_gather"); }
-  void broadcast(const BroadcastArgs&) override { unsupported("broadcast"); }
+  void all_reduce(const AllReduceArgs& args) override {
+    meet(args, "all_reduce", coll::all_reduce);
+  }
+  void all_to_allv(const AllToAllvArgs& args) override {
+    meet(args, "all_to_allv", coll::all_to_allv);
+  }
+  void reduce_scatter(const ReduceScatterArgs& args) override {
+    meet(args, "reduce_scatter", coll::reduce_scatter);
+  }
+  void all_gather(const AllGatherArgs& args) override {
+    meet(args, "all_gather", coll::all_gather);
+  }
+  void broadcast(const BroadcastArgs& args) override { meet(args, "broadcast", coll::broadcast); }
 
  private:
-  [[noreturn]] static void unsupported(const char* what) {
-    throw UnsupportedError(detail::make_string(
-        "fusedcoll gpu: the ", what,
-        " collective is not implemented on the GPU backend yet (docs/gpu.md); use the emulator"));
+  /// A collective: the rendezvous, then `run` over every rank's arguments.
+  template <class Args>
+  void meet(const Args& args, const char* name, void (*run)(Context&, std::span<const Args>)) {
+    s_.collective(rank_, name, &args, [&](const std::vector<const void*>& raw) {
+      const auto all = gather<Args>(raw);
+      run(s_.ctx, all);
+    });
   }
   World::State& s_;
   int rank_;
@@ -201,6 +213,24 @@ void World::gemm_alltoall(std::span<const GemmAllToAllArgs> ranks, Mode mode) {
   ops::gemm_alltoall(state_->ctx, ranks, mode);
 }
 
+void World::all_reduce(std::span<const AllReduceArgs> ranks) {
+  coll::all_reduce(state_->ctx, ranks);
+}
+
+void World::reduce_scatter(std::span<const ReduceScatterArgs> ranks) {
+  coll::reduce_scatter(state_->ctx, ranks);
+}
+
+void World::all_gather(std::span<const AllGatherArgs> ranks) {
+  coll::all_gather(state_->ctx, ranks);
+}
+
+void World::all_to_allv(std::span<const AllToAllvArgs> ranks) {
+  coll::all_to_allv(state_->ctx, ranks);
+}
+
+void World::broadcast(std::span<const BroadcastArgs> ranks) { coll::broadcast(state_->ctx, ranks); }
+
 void World::run(const std::function<void(Communicator&)>& per_rank) {
   State& s = *state_;
   const int P = s.ctx.world_size();
@@ -224,8 +254,10 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
         {
           std::lock_guard lk(em);
           // The root cause, not the "abandoned" errors it caused on the other ranks.
-          const bool abandoned = f.what.find(" abandoned: another rank failed") != std::string::npos;
-          if (first_rank < 0 || (!abandoned && first.what.find(" abandoned: ") != std::string::npos)) {
+          const bool abandoned =
+              f.what.find(" abandoned: another rank failed") != std::string::npos;
+          if (first_rank < 0 ||
+              (!abandoned && first.what.find(" abandoned: ") != std::string::npos)) {
             first_rank = r;
             first = std::move(f);
           }
@@ -235,7 +267,8 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
     });
   }
   for (auto& t : threads) t.join();
-  if (first_rank >= 0) throw_as(first.code, detail::make_string("rank ", first_rank, ": ", first.what));
+  if (first_rank >= 0)
+    throw_as(first.code, detail::make_string("rank ", first_rank, ": ", first.what));
 }
 
 }  // namespace fusedcoll::gpu

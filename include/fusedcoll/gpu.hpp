@@ -56,8 +56,7 @@ class World {
   /// op call is a rendezvous; once every rank has entered it, one thread launches the kernels for
   /// all ranks and every rank returns with its output complete. A rank that throws makes the
   /// others' pending calls fail instead of hang; `run` rethrows the first error, prefixed with
-  /// its rank. The collectives (`all_reduce`, ...) are not implemented on the GPU yet and throw
-  /// `UnsupportedError`.
+  /// its rank. The collectives run there too (`all_reduce`, ..., compressed wires included).
   void run(const std::function<void(Communicator&)>& per_rank);
 
   /// The operators over all ranks' calls at once (index = rank), the form `ref::` takes.
@@ -65,8 +64,19 @@ class World {
   void gemv_allreduce(std::span<const GemvAllReduceArgs> ranks, Mode mode);
   void gemm_alltoall(std::span<const GemmAllToAllArgs> ranks, Mode mode);
 
-  /// Device time of the kernels of the last operator call (events around its launches), in
-  /// milliseconds; uploads and downloads are not included.
+  /// The collectives over all ranks' calls at once (index = rank), bit for bit ref/'s result
+  /// (docs/semantics.md, "Collectives"; compressed wires as docs/compression.md pins them). Only
+  /// the receive regions are written; in-place calls and ranks sharing host memory work because
+  /// every input is uploaded before any output is downloaded.
+  void all_reduce(std::span<const AllReduceArgs> ranks);
+  void reduce_scatter(std::span<const ReduceScatterArgs> ranks);
+  void all_gather(std::span<const AllGatherArgs> ranks);
+  void all_to_allv(std::span<const AllToAllvArgs> ranks);
+  void broadcast(std::span<const BroadcastArgs> ranks);
+
+  /// Device time of the kernels of the last operator or collective call (events around its
+  /// launches), in milliseconds; uploads and downloads are not included (a compressed
+  /// collective's scale agreement, its amax kernel and the host round trip, is).
   double last_kernel_ms() const noexcept;
 
   struct State;

@@ -6,11 +6,14 @@
 /// (subnormal); encoding picks the multiple of the binade's spacing nearest to |x| with
 /// `nearbyint` (round half to even in the default rounding mode), then applies the overflow rule.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fusedcoll/compression.hpp"
+#include "fusedcoll/inputs.hpp"
 
 namespace fctest {
 
@@ -115,6 +118,58 @@ inline float lib_decode(const CodecFormat& f, std::uint32_t c) {
     case fusedcoll::WireFormat::fp8_e4m3: return fusedcoll::e4m3_to_f32(static_cast<std::uint8_t>(c));
     default: return fusedcoll::e5m2_to_f32(static_cast<std::uint8_t>(c));
   }
+}
+
+/// The f32 patterns every codec test runs (about 10^7, reproducible): every exponent and sign
+/// with rounding-relevant mantissas, every halfway point between neighbouring codes of every
+/// format and its f32 neighbours, the overflow thresholds, zeros, infinities, NaN payloads,
+/// f32 subnormals with a stride, and random bits.
+inline const std::vector<std::uint32_t>& patterns() {
+  static const std::vector<std::uint32_t> p = [] {
+    std::vector<std::uint32_t> v;
+    // Every exponent field and sign with edge and rounding-relevant mantissas: the lowest bits
+    // around each format's rounding position (bits 13, 16, 20, 21 are the first dropped bits).
+    const std::uint32_t mantissas[] = {0,        1,        2,        0x7FFFFF, 0x7FFFFE, 0x400000,
+                                       0x400001, 0x3FFFFF, 0x1000,   0x1FFF,   0x2000,   0x3000,
+                                       0x8000,   0xFFFF,   0x10000,  0x18000,  0x80000,  0xFFFFF,
+                                       0x100000, 0x180000, 0x200000, 0x300000, 0x2FFFFF, 0x500000};
+    for (std::uint32_t s = 0; s < 2; ++s)
+      for (std::uint32_t e = 0; e < 256; ++e)
+        for (std::uint32_t m : mantissas) v.push_back((s << 31) | (e << 23) | m);
+    // Halfway points between neighbouring codes of every format, and their f32 neighbours.
+    for (const CodecFormat* f : kAllFormats) {
+      const std::uint32_t n = 1u << (f->bits - 1);  // positive codes
+      for (std::uint32_t c = 0; c + 1 < n; ++c) {
+        const RefValue a = decode_ref(*f, c), b = decode_ref(*f, c + 1);
+        if (a.nan || b.nan || std::isinf(b.magnitude)) continue;
+        const float mid = static_cast<float>((a.magnitude + b.magnitude) / 2);  // exact
+        for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+          v.push_back(std::bit_cast<std::uint32_t>(x));
+          v.push_back(std::bit_cast<std::uint32_t>(-x));
+        }
+      }
+      // Just past the largest finite value: the halfway point to the next binade step.
+      const double step = std::ldexp(1.0, int(std::floor(std::log2(f->max))) - f->mbits);
+      const float over = static_cast<float>(f->max + step / 2);
+      for (float x : {over, std::nextafter(over, 0.0f), std::nextafter(over, INFINITY)}) {
+        v.push_back(std::bit_cast<std::uint32_t>(x));
+        v.push_back(std::bit_cast<std::uint32_t>(-x));
+      }
+    }
+    // Specials: zeros, infinities, NaN payloads (quiet and signalling, both signs).
+    for (std::uint32_t s : {0u, 0x80000000u}) {
+      for (std::uint32_t m : {0u, 1u, 0x1FFFu, 0x2000u, 0x200000u, 0x3FFFFFu, 0x400000u,
+                              0x400001u, 0x7FFFFFu, 0x155555u, 0x2AAAAAu})
+        v.push_back(s | 0x7F800000u | m);  // m = 0: inf
+      v.push_back(s);
+    }
+    // All f32 subnormals with a stride, and random patterns up to 10^7 in all.
+    for (std::uint32_t m = 1; m < 0x800000u; m += 97) v.push_back(m);
+    std::uint64_t i = 0;
+    while (v.size() < 10'000'000) v.push_back(static_cast<std::uint32_t>(fusedcoll::hash_draw(7, 3, 0, i++)));
+    return v;
+  }();
+  return p;
 }
 
 }  // namespace fctest
