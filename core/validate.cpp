@@ -23,6 +23,12 @@ void check_world(int rank, int world_size) {
   FC_ENFORCE(rank >= 0 && rank < world_size, "rank ", rank, " is outside [0, ", world_size, ")");
 }
 
+void check_mode(Mode mode) {
+  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
+             "unknown mode ", static_cast<int>(mode), " (the modes are unfused = 0, scale_up = 1, "
+             "scale_out = 2)");
+}
+
 void check_matrix(const ConstTensorView& t, const std::string& name, std::int64_t rows,
                   std::int64_t cols) {
   enforce_valid(t.dtype(), name);

@@ -296,8 +296,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
 }  // namespace
 
 void embedding_alltoall(Rank& rk, const EmbeddingAllToAllArgs& args, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
+  detail::check_mode(mode);
   // The mode is part of the rendezvous key, so ranks calling different modes fail at entry.
   const std::string name = std::string("embedding_alltoall ") + to_string(mode);
   const auto all = enter(rk, name, args);

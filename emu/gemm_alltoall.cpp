@@ -205,8 +205,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
 }  // namespace
 
 void gemm_alltoall(Rank& rk, const GemmAllToAllArgs& args, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
+  detail::check_mode(mode);
   // The mode is part of the rendezvous key, so ranks calling different modes fail at entry.
   const std::string name = std::string("gemm_alltoall ") + to_string(mode);
   const auto all = enter(rk, name, args);

@@ -248,10 +248,9 @@ void run_unfused(Rank& rk, const Plan& p) {
 }  // namespace
 
 void gemv_allreduce(Rank& rk, const GemvAllReduceArgs& args, Mode mode) {
-  const std::string name = std::string("gemv_allreduce/") + to_string(mode);
+  detail::check_mode(mode);
+  const std::string name = std::string("gemv_allreduce ") + to_string(mode);
   const auto all = enter(rk, name, args);
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
   const Plan plan = make_plan(rk, args, all);
   leave_args(rk, name);
   switch (mode) {

@@ -170,8 +170,7 @@ __global__ void emb_gather(EmbParams p) {
 }  // namespace
 
 void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
+  detail::check_mode(mode);
   const int P = ctx.world_size();
   check_world(all, P);
   const std::string op = std::string("embedding_alltoall ") + to_string(mode);

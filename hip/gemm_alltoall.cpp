@@ -186,8 +186,7 @@ __global__ void gemm_gather(GemmParams p) {
 }  // namespace
 
 void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
+  detail::check_mode(mode);
   const int P = ctx.world_size();
   check_world(all, P);
   const std::string op = std::string("gemm_alltoall ") + to_string(mode);

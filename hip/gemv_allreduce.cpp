@@ -217,8 +217,7 @@ __global__ void gemv_allreduce_direct(GemvParams p) {
 }  // namespace
 
 void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
+  detail::check_mode(mode);
   const int P = ctx.world_size();
   check_world(all, P);
   const std::string op = std::string("gemv_allreduce ") + to_string(mode);

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/detail/validate.hpp"
 #include "hip/runtime.hpp"
 
 namespace fusedcoll::gpu::ops {

@@ -276,12 +276,9 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
 }  // namespace
 
 void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
-  const std::string name = std::string("embedding_alltoall ") + to_string(mode);
   // Scale-up puts rows straight into a destination's output when that is a SymmetricBuffer.
   std::vector<Landing> land;
-  enter(rt, name, args, &land, [&] {
+  enter(rt, "embedding_alltoall", mode, args, &land, [&] {
     return mode == Mode::scale_up ? output_region(args.output) : Region{};
   });
   const Plan pl(args, rt.rank(), rt.size());

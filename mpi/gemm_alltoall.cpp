@@ -197,11 +197,9 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& ex
 }  // namespace
 
 void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
   // Scale-up puts rows straight into a source's output when that is a SymmetricBuffer.
   std::vector<Landing> land;
-  enter(rt, std::string("gemm_alltoall ") + to_string(mode), args, &land, [&] {
+  enter(rt, "gemm_alltoall", mode, args, &land, [&] {
     return mode == Mode::scale_up ? output_region(args.output) : Region{};
   });
   const Plan pl(args, rt.rank(), rt.size());

@@ -216,9 +216,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
 }  // namespace
 
 void gemv_allreduce(Runtime& rt, const GemvAllReduceArgs& args, Mode mode) {
-  FC_ENFORCE(mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out,
-             "unknown mode ", static_cast<int>(mode));
-  enter(rt, std::string("gemv_allreduce ") + to_string(mode), args);
+  enter(rt, "gemv_allreduce", mode, args);
   const Plan pl(args, rt.rank(), rt.size());
   if (mode == Mode::unfused)
     run_unfused(rt, pl, args);

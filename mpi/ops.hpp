@@ -123,6 +123,12 @@ inline Region output_region(const TensorView& o) {
 /// Throws the `Error` subclass of `code` with `message`, the same kind on every rank.
 [[noreturn]] void throw_code(ErrorCode code, const std::string& message);
 
+namespace internal {
+template <class Args>
+std::vector<Args> enter(Runtime& rt, const std::string& op, const Mode* mode, const Args& args,
+                        std::vector<Landing>* land, const std::function<Region()>& region);
+}  // namespace internal
+
 /// The prologue of every call. Returns every rank's global fields (index = rank); local views in
 /// them are empty. With `land`, it also returns where every rank receives: `region()` is this
 /// rank's Region, asked only once its call has passed `check`, and each rank looks it up among
@@ -131,12 +137,34 @@ template <class Args>
 std::vector<Args> enter(Runtime& rt, const std::string& op, const Args& args,
                         std::vector<Landing>* land = nullptr,
                         const std::function<Region()>& region = {}) {
+  return internal::enter(rt, op, nullptr, args, land, region);
+}
+
+/// `enter` for a fused operator in `mode`. The call's name holds the mode, so ranks calling
+/// different modes fail as a call mismatch; an unknown mode is checked with the rest of the call,
+/// so that it too is reported on every rank and leaves the communicator usable.
+template <class Args>
+std::vector<Args> enter(Runtime& rt, const char* op, Mode mode, const Args& args,
+                        std::vector<Landing>* land = nullptr,
+                        const std::function<Region()>& region = {}) {
+  const std::string name = detail::make_string(
+      op, " ", mode == Mode::unfused || mode == Mode::scale_up || mode == Mode::scale_out
+                   ? to_string(mode)
+                   : detail::make_string("mode ", static_cast<int>(mode)));
+  return internal::enter(rt, name, &mode, args, land, region);
+}
+
+template <class Args>
+std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode* mode,
+                                  const Args& args, std::vector<Landing>* land,
+                                  const std::function<Region()>& region) {
   rt.begin_call();
   rt.set_agreement(true);
   rt.set_activity("in " + op + " (exchanging arguments)");
   const int me = rt.rank(), P = rt.size();
   const Status own = detail::status_of([&] {
     enforce_env();
+    if (mode) detail::check_mode(*mode);
     check(args, me, P);
   });
   Record rec;

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "fusedcoll/communicator.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/tensor.hpp"
@@ -14,6 +15,10 @@ namespace fusedcoll::detail {
 
 /// Throws unless `0 <= rank < world_size`.
 void check_world(int rank, int world_size);
+
+/// Throws unless `mode` is one of `Mode`'s enumerators. Every backend's fused-operator entry
+/// point calls it first, before its call meets the other ranks.
+void check_mode(Mode mode);
 
 /// Throws unless `t` is an f32 `[rows, cols]` matrix with unit inner stride, non-overlapping rows
 /// and a non-null pointer when it has elements. `name` goes into the message.
