@@ -5,6 +5,8 @@
 //   gemm_tile 512^3 (one tile)   vs  Eigen's single-threaded SGEMM, built with the project's
 //                                    default flags (SSE2 only) and with -mavx2 -mfma
 //   embedding_bag_rows (DLRM)    vs  memcpy of 256 MiB
+//   gemv_rows, reduce_into       (memory-bound; the cost model's host calibration reads them,
+//                                 scripts/calibrate-host-preset)
 //
 // Byte convention for both GB/s figures: bytes read + bytes written (rows gathered x D x 4 plus
 // the pooled output; twice the size for memcpy). 1 GB = 1e9 bytes.
@@ -51,13 +53,20 @@ struct Sizes {
   int64_t index_sets;  // distinct index arrays, cycled per iteration, so that no call re-reads
                        // the rows of the previous one from cache
   int64_t copy_bytes;  // memcpy size
+  int64_t gemv_n;      // GEMV: W is [gemv_n, gemv_k], x is [4, gemv_k] (a decode step's M)
+  int64_t gemv_k;
+  int64_t reduce_count;  // reduce_into: f32 elements per operand
   const char* repetitions;
   const char* min_time;
 };
 
 // Full: the table (256 MiB) and the memcpy buffers are 8x the 32 MiB L3 of the machine measured.
-constexpr Sizes kFullSizes{512, 512 * 1024, 128, 4096, 32, 8, int64_t{256} << 20, "7", "0.5"};
-constexpr Sizes kQuickSizes{64, 4096, 128, 64, 32, 2, int64_t{4} << 20, "2", "0.01"};
+// GEMV: W of 4,096 x 2,752 (one rank's K of the transformer() problem) is 45 MB; reduce: two
+// operands of 128 MiB. Both exceed the L3, as the operators' inputs do.
+constexpr Sizes kFullSizes{512,  512 * 1024,        128, 4096, 32, 8, int64_t{256} << 20, 4096,
+                           2752, int64_t{32} << 20, "7", "0.5"};
+constexpr Sizes kQuickSizes{
+    64, 4096, 128, 64, 32, 2, int64_t{4} << 20, 256, 256, int64_t{1} << 16, "2", "0.01"};
 
 // Page-aligned, fully written before any timing, so page faults stay out of the measurements.
 struct FreeDeleter {
@@ -300,6 +309,53 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 
+  // --- GEMV: y[4][n] = x[4][k] . W[n][k]^T, streaming W (bytes: W + x + y) ---
+  constexpr int64_t kGemvM = 4;
+  Buffer<float> gw = make_buffer<float>(sz.gemv_n * sz.gemv_k);
+  Buffer<float> gx = make_buffer<float>(kGemvM * sz.gemv_k);
+  Buffer<float> gy = make_buffer<float>(kGemvM * sz.gemv_n);
+  fill_uniform(gw.get(), sz.gemv_n * sz.gemv_k, rng);
+  fill_uniform(gx.get(), kGemvM * sz.gemv_k, rng);
+  const double gemv_gb =
+      static_cast<double>(sz.gemv_n * sz.gemv_k + kGemvM * (sz.gemv_k + sz.gemv_n)) * 4 * 1e-9;
+  const std::string gemv_name = "gemv_rows/M4";
+  benchmark::RegisterBenchmark(
+      gemv_name.c_str(),
+      [&](benchmark::State& state) {
+        for (auto _ : state) {
+          fusedcoll::detail::gemv_rows(gw.get(), sz.gemv_k, gx.get(), sz.gemv_k, kGemvM, sz.gemv_k,
+                                       0, sz.gemv_n, gy.get(), sz.gemv_n);
+          benchmark::DoNotOptimize(gy.get());
+          benchmark::ClobberMemory();
+        }
+        state.counters["GB/s"] =
+            benchmark::Counter(gemv_gb, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  // --- reduce_into: acc += v over f32 (bytes: two read, one written) ---
+  Buffer<float> racc = make_buffer<float>(sz.reduce_count);
+  Buffer<float> rv = make_buffer<float>(sz.reduce_count);
+  fill_uniform(racc.get(), sz.reduce_count, rng);
+  fill_uniform(rv.get(), sz.reduce_count, rng);
+  const double reduce_gb = 3.0 * static_cast<double>(sz.reduce_count) * 4 * 1e-9;
+  const std::string reduce_name = "reduce_into/f32";
+  benchmark::RegisterBenchmark(
+      reduce_name.c_str(),
+      [&](benchmark::State& state) {
+        for (auto _ : state) {
+          fusedcoll::detail::reduce_into(racc.get(), rv.get(), sz.reduce_count,
+                                         fusedcoll::DType::f32, fusedcoll::ReduceOp::sum);
+          benchmark::DoNotOptimize(racc.get());
+          benchmark::ClobberMemory();
+        }
+        state.counters["GB/s"] =
+            benchmark::Counter(reduce_gb, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
   MedianReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
@@ -309,6 +365,8 @@ int main(int argc, char** argv) {
   const double eigen_native = reporter.value(eigen_native_name, "GFLOP/s");
   const double emb = reporter.value(emb_name, "GB/s");
   const double copy = reporter.value(copy_name, "GB/s");
+  const double gemv = reporter.value(gemv_name, "GB/s");
+  const double reduce = reporter.value(reduce_name, "GB/s");
   const std::string nnn = std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n);
   const std::string emb_what = "embedding_bag_rows: " + std::to_string(sz.table_rows) + " x " +
                                std::to_string(dim) + " f32 table, " + std::to_string(bags) +
@@ -321,6 +379,12 @@ int main(int argc, char** argv) {
   print_value_row(("Eigen " + nnn + ", -mavx2 -mfma").c_str(), eigen_native, "GFLOP/s");
   print_value_row(emb_what.c_str(), emb, "GB/s");
   print_value_row(copy_what.c_str(), copy, "GB/s");
+  print_value_row(
+      ("gemv_rows M = 4, W " + std::to_string(sz.gemv_n) + " x " + std::to_string(sz.gemv_k))
+          .c_str(),
+      gemv, "GB/s");
+  print_value_row(("reduce_into f32, " + std::to_string(sz.reduce_count) + " elements").c_str(),
+                  reduce, "GB/s");
   std::printf("\nRatios\n");
   print_ratio_row("gemm_tile / Eigen default flags", fc_gemm, eigen_default, "target >= 0.5");
   print_ratio_row("gemm_tile / Eigen -mavx2 -mfma", fc_gemm, eigen_native,

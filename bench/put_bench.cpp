@@ -1,0 +1,99 @@
+// fusedcoll-put-bench: what one put-with-signal costs between two MPI processes, the way the MPI
+// backend signals (MPI_Put, MPI_Win_flush, MPI_Accumulate of the flag, MPI_Win_flush). The cost
+// model's `host` preset takes its link from this (scripts/calibrate-host-preset).
+//
+//   mpiexec -n 2 fusedcoll-put-bench [--quick]
+//
+// Rank 0 puts n bytes into rank 1's window and signals, `reps` times per size, each timed alone
+// on rank 0 from the first put to the return of the last flush; rank 1 meanwhile polls its flag
+// as a receiving workgroup does. Prints one line per size (median microseconds and GB/s), then
+// the fit the preset uses: latency = the time of an 8-byte put, bandwidth = bytes over the time
+// added beyond that latency, at the largest size.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) quick = quick || std::string_view(argv[i]) == "--quick";
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2) {
+    if (rank == 0) std::fprintf(stderr, "fusedcoll-put-bench: run with mpiexec -n 2\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const std::int64_t largest = quick ? (std::int64_t{1} << 20) : (std::int64_t{64} << 20);
+  const int reps = quick ? 5 : 21;
+  const std::size_t flag_bytes = 64;
+  constexpr int kWarmup = 5;
+  void* base = nullptr;
+  MPI_Win win;
+  MPI_Win_allocate(static_cast<MPI_Aint>(flag_bytes + largest), 1, MPI_INFO_NULL, MPI_COMM_WORLD,
+                   &base, &win);
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+  std::vector<char> src(static_cast<std::size_t>(largest), 0x5a);
+  auto* flag = static_cast<std::uint64_t*>(base);
+  std::uint64_t expected = 0;
+  if (rank == 0) std::printf("%12s %12s %10s\n", "bytes", "time(us)", "GB/s");
+  double latency_s = 0, last_s = 0;
+  std::int64_t last_n = 0;
+  for (std::int64_t n = 8; n <= largest; n *= 8) {
+    std::vector<double> times;
+    for (int r = 0; r < reps + kWarmup; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == 0) {
+        const double t0 = MPI_Wtime();
+        MPI_Put(src.data(), static_cast<int>(n), MPI_BYTE, 1, static_cast<MPI_Aint>(flag_bytes),
+                static_cast<int>(n), MPI_BYTE, win);
+        MPI_Win_flush(1, win);
+        const std::uint64_t one = 1;
+        MPI_Accumulate(&one, 1, MPI_UINT64_T, 1, 0, 1, MPI_UINT64_T, MPI_SUM, win);
+        MPI_Win_flush(1, win);
+        if (r >= kWarmup) times.push_back(MPI_Wtime() - t0);
+      } else {
+        ++expected;
+        std::uint64_t seen = 0;
+        do {
+          MPI_Fetch_and_op(nullptr, &seen, MPI_UINT64_T, 1, 0, MPI_NO_OP, win);
+          MPI_Win_flush(1, win);
+        } while (seen < expected);
+      }
+    }
+    if (rank == 0) {
+      const double t = median(times);
+      std::printf("%12lld %12.2f %10.3f\n", static_cast<long long>(n), t * 1e6, n / t / 1e9);
+      if (n == 8) latency_s = t;
+      last_s = t;
+      last_n = n;
+    }
+  }
+  if (rank == 0) {
+    std::printf("latency_us %.3f\n", latency_s * 1e6);
+    std::printf("bandwidth_gbps %.3f\n",
+                last_s > latency_s ? last_n / (last_s - latency_s) / 1e9 : 0.0);
+  }
+  (void)flag;
+  MPI_Win_unlock_all(win);
+  MPI_Win_free(&win);
+  MPI_Finalize();
+  return 0;
+}
