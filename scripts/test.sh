@@ -3,7 +3,7 @@
 # 1. The GPU backend, compiled and linked for NVIDIA (nvcc, sm_90) and AMD (hipcc, gfx90a + gfx940):
 #    CI machines have no GPU, so `ctest -L gpu` must report every GPU test as skipped. It runs
 #    first: a compile break shows within minutes, and the log ends with the runs that test.
-# 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, emu and mnist tests.
+# 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, model, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
 # 4. Release build with warnings as errors: every test (unit, install/consumer), including the
 #    MPI suites (label mpi), run under mpiexec by ctest.
@@ -41,7 +41,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=address,undefined \
   -DFUSEDCOLL_ENABLE_MPI=OFF
 cmake --build build-asan -j "$jobs"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|emu|mnist"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "ref|model|emu|mnist"
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DFUSEDCOLL_BUILD_TESTS=ON \

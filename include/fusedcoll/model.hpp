@@ -1,0 +1,143 @@
+#pragma once
+/// @file
+/// The cost model: what a device, its links and each shared tile kernel and codec call cost, for
+/// the emulator in virtual time (docs/emulator.md) and the scale-out simulator. A `Preset` holds
+/// the machine: a device (compute units, per-CU f32 rate, memory bandwidth, kernel launch) and its
+/// links (peer links inside a node, one NIC per device across nodes). A kernel call's cost is a
+/// roofline of its flops and bytes on one compute unit, divided by the preset's efficiency for
+/// that kernel. Presets are text files a user copies and edits; `mi250x`, `h100` and `host` are
+/// built in. Model, assumptions, sources and calibration: docs/simulation.md.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusedcoll/compression.hpp"
+
+namespace fusedcoll::model {
+
+/// One device: a GPU (a GCD on the MI250X), or for `host` one core of the machine.
+struct Device {
+  /// Compute units (CUs, SMs). Workgroups on one compute unit run one at a time.
+  int compute_units = 0;
+  /// Workgroups a compute unit keeps resident; the emulator's residency limit is
+  /// `resident_wgs_per_cu * compute_units`.
+  int resident_wgs_per_cu = 0;
+  /// f32 GFLOP/s of one compute unit (vector units; a multiply and an add count as two).
+  double cu_gflops = 0;
+  /// Device memory bandwidth, GB/s (1e9 B/s), bytes read plus bytes written. A compute unit gets
+  /// an equal share: `memory_gbps / compute_units`.
+  double memory_gbps = 0;
+  /// Kernel launch: from the host's call until the first workgroup runs, microseconds.
+  double launch_us = 0;
+};
+
+/// How the devices of a node reach each other.
+enum class PeerTopology : std::uint8_t {
+  mesh,     ///< A link of `peer_gbps` to every other device of the node (Infinity Fabric).
+  switched  ///< One port of `peer_gbps` per device, shared by all its peers (NVLink + NVSwitch).
+};
+const char* to_string(PeerTopology t) noexcept;
+
+/// The links. Ranks `r` and `q` share a node when `r / gpus_per_node == q / gpus_per_node`.
+struct Links {
+  int gpus_per_node = 0;
+  PeerTopology peer_topology = PeerTopology::mesh;
+  /// Inside a node: bandwidth of one link (mesh) or port (switched), GB/s per direction, and the
+  /// latency of a transfer, microseconds.
+  double peer_gbps = 0;
+  double peer_us = 0;
+  /// Across nodes: the device's share of its NIC, GB/s per direction, and the latency.
+  double nic_gbps = 0;
+  double nic_us = 0;
+
+  bool same_node(int a, int b) const noexcept { return a / gpus_per_node == b / gpus_per_node; }
+};
+
+/// The costed kernels: the shared tile kernels (detail/kernels.hpp), a plain copy, and the wire
+/// codecs (detail/wire.hpp) by format (E4M3 and E5M2 share the fp8 entries).
+enum class Kernel : std::uint8_t {
+  gemm,
+  gemv,
+  embedding,
+  reduce,
+  copy,
+  encode_f16,
+  decode_f16,
+  encode_bf16,
+  decode_bf16,
+  encode_fp8,
+  decode_fp8,
+};
+inline constexpr int kKernels = 11;
+/// The kernel's name as a preset's `[efficiency]` key writes it ("gemm", "encode_f16", ...).
+const char* to_string(Kernel k) noexcept;
+
+/// What one call of a kernel does: its f32 operations and the bytes it reads plus writes.
+struct Work {
+  Kernel kernel = Kernel::copy;
+  double flops = 0;
+  double bytes = 0;
+};
+
+/// `detail::gemm_tile` of `rows x cols`, inner dimension `k`: 2·rows·cols·k flops; reads A's
+/// rows and B's panel, writes C.
+Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k);
+/// `detail::gemv_rows` of `n` output columns for `m` input rows and inner dimension `k`: streams
+/// `n x k` of W.
+Work gemv(std::int64_t m, std::int64_t k, std::int64_t n);
+/// `detail::embedding_bag_rows` gathering `rows` table rows of `dim` floats into `bags` pooled
+/// rows, with `index_bytes` per index (4 or 8); `weighted` multiplies each row by its weight.
+Work embedding(std::int64_t rows, std::int64_t bags, std::int64_t dim, int index_bytes = 8,
+               bool weighted = false);
+/// `detail::reduce_into` of `count` elements of `elem_bytes` each: reads two, writes one.
+Work reduce(std::int64_t count, std::int64_t elem_bytes = 4);
+/// A copy of `bytes` bytes (unpacking a received buffer, a local result into place).
+Work copy(std::int64_t bytes);
+/// Encoding `count` f32 values to `format` (scaled: one more multiply per element).
+Work encode(WireFormat format, std::int64_t count, bool scaled = false);
+/// Decoding `count` values of `format` to f32.
+Work decode(WireFormat format, std::int64_t count, bool scaled = false);
+
+/// A machine: the device, its links and the kernels' efficiencies.
+struct Preset {
+  std::string name;
+  /// Where it came from: "built-in" or the file's path.
+  std::string origin;
+  Device device;
+  Links links;
+  /// Fraction of the roofline each kernel achieves, in (0, 4]: a call takes
+  /// `max(flops / cu_rate, bytes / cu_bandwidth) / efficiency`. Above 1 where a kernel moves its
+  /// bytes faster than the copy that measured the bandwidth (a calibrated preset can say so).
+  std::array<double, kKernels> efficiency{};
+
+  double efficiency_of(Kernel k) const { return efficiency[static_cast<int>(k)]; }
+};
+
+/// Seconds `w` takes on one compute unit of `p`'s device (its roofline over its efficiency).
+double seconds(const Preset& p, const Work& w);
+/// Seconds from `src` putting `bytes` to their arrival at `dst`, on an idle link: latency plus
+/// bytes over the link's bandwidth. 0 for `src == dst`.
+double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
+/// The kernel launch, seconds.
+inline double launch_seconds(const Preset& p) { return p.device.launch_us * 1e-6; }
+
+/// The built-in presets' names ("h100", "host", "mi250x").
+std::vector<std::string> preset_names();
+/// The text of a built-in preset (its file, comments and sources included): what a user copies
+/// to make their own. Throws `InvalidArgument` for an unknown name.
+std::string_view preset_text(std::string_view name);
+/// A built-in preset by name, or the preset file at a path (a value with a '/' or ending in
+/// ".preset"). Throws `InvalidArgument` naming the problem: an unknown name, an unreadable file,
+/// a missing, unknown or repeated field, a value out of range.
+Preset load_preset(const std::string& name_or_path);
+/// Parses preset text; `origin` names it in errors.
+Preset parse_preset(std::string_view text, const std::string& origin);
+/// Checks every field of `p` as the parser does (the emulator checks presets built in code).
+void validate(const Preset& p);
+/// `p` as preset text that `parse_preset` reads back to an equal preset (without the comments).
+std::string to_text(const Preset& p);
+
+}  // namespace fusedcoll::model

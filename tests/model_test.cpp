@@ -1,0 +1,196 @@
+// The cost model (include/fusedcoll/model.hpp): the work of each kernel, roofline costs computed
+// by hand, the built-in presets, and preset files that must be rejected with a message naming the
+// field.
+
+#include "fusedcoll/model.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace fc = fusedcoll;
+namespace m = fusedcoll::model;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// A small machine whose costs are easy to compute by hand.
+m::Preset toy() {
+  m::Preset p;
+  p.name = "toy";
+  p.device = {2, 4, 1.0, 4.0, 3.0};  // 2 CUs of 1 GFLOP/s, 4 GB/s (2 per CU), 3 us launch
+  p.links = {2, m::PeerTopology::mesh, 10.0, 1.0, 1.0, 5.0};
+  p.efficiency.fill(1.0);
+  p.efficiency[static_cast<int>(m::Kernel::gemm)] = 0.5;
+  return p;
+}
+
+/// Replaces the first line of `text` that starts with `key` by `line` ("" deletes it).
+std::string edit(std::string text, const std::string& key, const std::string& line) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = text.find('\n', at);
+    if (text.compare(at, key.size(), key) == 0) {
+      text.replace(at, end - at + 1, line.empty() ? "" : line + "\n");
+      return text;
+    }
+    at = end + 1;
+  }
+  ADD_FAILURE() << "no line starts with " << key;
+  return text;
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    m::parse_preset(text, "test");
+  } catch (const fc::InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Model, WorkOfEachKernel) {
+  const m::Work g = m::gemm(16, 64, 1024);
+  EXPECT_EQ(g.kernel, m::Kernel::gemm);
+  EXPECT_EQ(g.flops, 2.0 * 16 * 64 * 1024);
+  EXPECT_EQ(g.bytes, 4.0 * (16 * 1024 + 1024 * 64 + 16 * 64));
+  const m::Work v = m::gemv(4, 2752, 64);
+  EXPECT_EQ(v.flops, 2.0 * 4 * 64 * 2752);
+  EXPECT_EQ(v.bytes, 4.0 * (64 * 2752 + 4 * 2752 + 4 * 64));
+  const m::Work e = m::embedding(320, 10, 64, 8, false);
+  EXPECT_EQ(e.flops, 320.0 * 64);
+  EXPECT_EQ(e.bytes, 4.0 * 320 * 64 + 4.0 * 10 * 64 + 8.0 * (320 + 10 + 1));
+  EXPECT_EQ(m::embedding(320, 10, 64, 4, true).flops, 2.0 * 320 * 64);
+  EXPECT_EQ(m::reduce(1000).bytes, 12000.0);
+  EXPECT_EQ(m::copy(1000).bytes, 2000.0);
+  const m::Work enc = m::encode(fc::WireFormat::f16, 1000);
+  EXPECT_EQ(enc.kernel, m::Kernel::encode_f16);
+  EXPECT_EQ(enc.bytes, 6000.0);
+  EXPECT_EQ(m::decode(fc::WireFormat::fp8_e5m2, 1000, true).kernel, m::Kernel::decode_fp8);
+  EXPECT_EQ(m::decode(fc::WireFormat::fp8_e4m3, 1000, true).flops,
+            m::decode(fc::WireFormat::fp8_e4m3, 1000, false).flops + 1000);
+  EXPECT_EQ(m::encode(fc::WireFormat::none, 1000).kernel, m::Kernel::copy);
+}
+
+TEST(Model, RooflineByHand) {
+  const m::Preset p = toy();
+  // gemm 10^3: 2,000 flops at 1 GFLOP/s = 2 us; 1,200 bytes at 2 GB/s = 0.6 us; efficiency 0.5.
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(10, 10, 10)), 4e-6);
+  // A copy of 1,000 bytes moves 2,000 at a CU's 2 GB/s: 1 us.
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::copy(1000)), 1e-6);
+  EXPECT_DOUBLE_EQ(m::launch_seconds(p), 3e-6);
+}
+
+TEST(Model, TransferInsideAndAcrossNodes) {
+  const m::Preset p = toy();  // 2 devices per node
+  EXPECT_TRUE(p.links.same_node(0, 1));
+  EXPECT_FALSE(p.links.same_node(1, 2));
+  EXPECT_DOUBLE_EQ(m::transfer_seconds(p, 0, 1, 10000), 1e-6 + 1e-6);  // 10 GB/s + 1 us
+  EXPECT_DOUBLE_EQ(m::transfer_seconds(p, 1, 2, 10000), 5e-6 + 1e-5);  // 1 GB/s + 5 us
+  EXPECT_EQ(m::transfer_seconds(p, 3, 3, 10000), 0.0);
+}
+
+TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
+  EXPECT_EQ(m::preset_names(), (std::vector<std::string>{"h100", "host", "mi250x"}));
+  for (const auto& name : m::preset_names()) {
+    SCOPED_TRACE(name);
+    const m::Preset p = m::load_preset(name);
+    EXPECT_EQ(p.name, name);
+    EXPECT_EQ(p.origin, "built-in");
+    EXPECT_NO_THROW(m::validate(p));
+    const m::Preset back = m::parse_preset(m::to_text(p), "round trip");
+    EXPECT_EQ(m::to_text(back), m::to_text(p));
+    EXPECT_EQ(back.device.compute_units, p.device.compute_units);
+    EXPECT_EQ(back.links.peer_gbps, p.links.peer_gbps);
+    EXPECT_EQ(back.efficiency, p.efficiency);
+  }
+  const m::Preset mi = m::load_preset("mi250x");
+  EXPECT_EQ(mi.device.compute_units, 110);
+  EXPECT_EQ(mi.links.gpus_per_node, 8);
+  EXPECT_EQ(m::load_preset("h100").links.peer_topology, m::PeerTopology::switched);
+}
+
+TEST(Model, PresetFromAFile) {
+  const std::string path = testing::TempDir() + "fusedcoll_model_test.preset";
+  {
+    std::ofstream out(path);
+    out << edit(std::string(m::preset_text("mi250x")), "name =", "name = my-cluster");
+  }
+  const m::Preset p = m::load_preset(path);
+  EXPECT_EQ(p.name, "my-cluster");
+  EXPECT_EQ(p.origin, path);
+  EXPECT_EQ(p.device.memory_gbps, 1600);
+  std::remove(path.c_str());
+  try {
+    m::load_preset(path);
+    ADD_FAILURE() << "a missing file loaded";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot read preset file '" + path + "'"));
+  }
+}
+
+TEST(Model, RejectsUnknownPresetName) {
+  try {
+    m::load_preset("a100");
+    ADD_FAILURE() << "an unknown preset loaded";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown preset 'a100' (built in: h100, host, mi250x"));
+  }
+}
+
+TEST(Model, RejectsBadFilesNamingTheField) {
+  const std::string good(m::preset_text("h100"));
+  ASSERT_NO_THROW(m::parse_preset(good, "test"));
+  // A missing field.
+  EXPECT_THAT(parse_error(edit(good, "nic_gbps", "")), HasSubstr("missing field 'links.nic_gbps'"));
+  EXPECT_THAT(parse_error(edit(good, "decode_fp8", "")),
+              HasSubstr("missing field 'efficiency.decode_fp8'"));
+  EXPECT_THAT(parse_error(edit(good, "name", "")), HasSubstr("missing field 'name'"));
+  // A negative or zero bandwidth, a negative latency, an efficiency above 4.
+  EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
+              HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "
+                        "GB/s"));
+  EXPECT_THAT(parse_error(edit(good, "memory_gbps", "memory_gbps = 0")),
+              HasSubstr("device.memory_gbps = 0 is out of range"));
+  EXPECT_THAT(parse_error(edit(good, "nic_us", "nic_us = -1")), HasSubstr("links.nic_us = -1"));
+  EXPECT_THAT(parse_error(edit(good, "gemm =", "gemm = 5")), HasSubstr("efficiency.gemm = 5"));
+  // Unknown names: a field, a section, a topology.
+  EXPECT_THAT(parse_error(edit(good, "cu_gflops", "cu_glops = 3")),
+              HasSubstr("unknown field 'device.cu_glops' (the fields of [device]: compute_units"));
+  EXPECT_THAT(parse_error(edit(good, "[links]", "[network]")),
+              HasSubstr("unknown section [network]"));
+  EXPECT_THAT(parse_error(edit(good, "peer_topology", "peer_topology = torus")),
+              HasSubstr("unknown links.peer_topology 'torus' (mesh or switched)"));
+  // Malformed values and lines, repeats; the line number is named.
+  EXPECT_THAT(parse_error(edit(good, "compute_units", "compute_units = 13.5")),
+              HasSubstr("device.compute_units = 13.5 is not an integer"));
+  EXPECT_THAT(parse_error(edit(good, "launch_us", "launch_us = fast")),
+              HasSubstr("device.launch_us = 'fast' is not a number"));
+  EXPECT_THAT(parse_error(edit(good, "launch_us", "launch_us")), HasSubstr("is not 'key = value'"));
+  EXPECT_THAT(parse_error(good + "[device]\nlaunch_us = 3\n"),
+              HasSubstr("field 'device.launch_us' repeats line"));
+  EXPECT_THAT(parse_error(edit(good, "name", "name = my cluster")),
+              HasSubstr("name 'my cluster' must be"));
+  EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
+              HasSubstr("preset 'test': line"));
+}
+
+TEST(Model, ValidateChecksPresetsBuiltInCode) {
+  m::Preset p = toy();
+  EXPECT_NO_THROW(m::validate(p));
+  p.links.nic_gbps = -1;
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "a negative bandwidth passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("links.nic_gbps = -1 is out of range"));
+  }
+  p = toy();
+  p.device.compute_units = 0;
+  EXPECT_THROW(m::validate(p), fc::InvalidArgument);
+}
