@@ -3,6 +3,10 @@
 # what is missing. When not root, prints the exact command to run instead and fails.
 #   --hip   also Debian's hipcc (HIP 5.2 on clang 15, ~400 MB, ~20 s), to compile the GPU backend
 #           for AMD (scripts/test.sh; no AMD GPU needed to compile and link)
+#   --torch also Debian's PyTorch 1.13 (python3-torch, libtorch-dev; ~150 MB of archives, ~680 MB
+#           installed) and NumPy, for the PyTorch component (docs/pytorch.md; scripts/test.sh).
+#           Optional: when they are missing and this is not root, setup says so and succeeds,
+#           and the build skips the component with a message.
 set -euo pipefail
 
 packages=(
@@ -12,30 +16,44 @@ packages=(
   zlib1g-dev
   libopenmpi-dev openmpi-bin
 )
+optional=()
 for arg in "$@"; do
   case "$arg" in
     --hip) packages+=(hipcc) ;;
-    *) echo "setup: unknown argument '$arg' (expected --hip)" >&2; exit 2 ;;
+    --torch) optional+=(python3-torch libtorch-dev python3-numpy) ;;
+    *) echo "setup: unknown argument '$arg' (expected --hip or --torch)" >&2; exit 2 ;;
   esac
 done
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+absent() {
+  local p
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      echo "$p"
+    fi
+  done
+}
+mapfile -t missing < <(absent "${packages[@]}")
+mapfile -t missing_optional < <(absent "${optional[@]}")
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
+  echo "setup: all $(( ${#packages[@]} + ${#optional[@]} )) packages present"
   exit 0
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
+  if [ ${#missing_optional[@]} -gt 0 ]; then
+    echo "setup: optional packages missing (the PyTorch component will be skipped): ${missing_optional[*]}" >&2
+    echo "setup: to build it, as root:  apt-get update && apt-get install -y --no-install-recommends ${missing_optional[*]}" >&2
+  fi
+  if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+  fi
   echo "setup: missing packages: ${missing[*]}" >&2
   echo "setup: run as root:  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
   exit 1
 fi
+missing+=("${missing_optional[@]}")
 
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive

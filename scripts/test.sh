@@ -6,10 +6,12 @@
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, model, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
 # 4. Release build with warnings as errors: every test (unit, install/consumer), including the
-#    MPI suites (label mpi), run under mpiexec by ctest.
+#    MPI suites (label mpi), run under mpiexec by ctest, and the PyTorch component (label torch)
+#    when Debian's PyTorch is installed (setup --torch installs it as root; without it the
+#    component is skipped with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --hip
+bash scripts/setup.sh --hip --torch
 jobs="$(nproc)"
 
 # The GPU builds need no oneTBB, Eigen or benchmark: only ref/, the backend, its tests and bench.
@@ -51,8 +53,17 @@ cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed
   emu_ops_test emu_runtime_test emu_link_test
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
 
+# The PyTorch component is required once its packages are there, so that a break in it fails CI
+# instead of skipping it quietly.
+torch_component=AUTO
+if dpkg-query -W -f='${Status}' python3-torch libtorch-dev 2>/dev/null |
+    grep -c "install ok installed" | grep -qx 2; then
+  torch_component=ON
+else
+  echo "test.sh: python3-torch / libtorch-dev are not installed: the PyTorch component (label torch) is skipped"
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
-  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON
+  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON -DFUSEDCOLL_ENABLE_TORCH="$torch_component"
 cmake --build build -j "$jobs"
 # -LE long: the exhaustive 2^32-pattern codec test runs on request only (docs/testing.md).
 ctest --test-dir build --output-on-failure -j "$jobs" -LE long
