@@ -1,0 +1,201 @@
+#pragma once
+// What the emulator's plain collectives (collectives.cpp) and their compressed-wire versions
+// (compressed.cpp) share: tiling, the owner reduction's schedule, and the exchange in which every
+// rank sends one block to every rank (All-to-All(v), and AllGather, whose blocks to all peers are
+// one and the same). Tiles are sets of whole elements, so tiling never changes a bit.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emu/ops.hpp"
+
+namespace fusedcoll::emu::ops {
+
+using std::int64_t;
+
+/// Preferred tile size, and the most tiles a segment (a chunk, a peer's block) is cut into: slots
+/// are reserved per tile, so their number must stay bounded.
+inline constexpr int64_t kTileBytes = 64 * 1024;
+inline constexpr int kMaxTiles = 64;
+
+/// Elements per tile for a segment of `len` elements of `elem` bytes.
+inline int64_t tile_elems(int64_t len, std::size_t elem) {
+  const int64_t base = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(elem));
+  return std::max(base, (len + kMaxTiles - 1) / kMaxTiles);
+}
+
+/// Number of tiles of a segment of `len` elements (0 for an empty one); at most kMaxTiles.
+inline int num_tiles(int64_t len, int64_t te) { return static_cast<int>((len + te - 1) / te); }
+
+/// Tile `t` of a segment of `len` elements: [begin, begin + length), empty past the end.
+struct Span {
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+inline Span tile_of(int64_t len, int64_t te, int64_t t) {
+  const int64_t b = std::min(len, t * te);
+  return {b, std::min(len, b + te) - b};
+}
+
+/// A work item: a (rank, tile) pair.
+struct Item {
+  int peer = 0;
+  int tile = 0;
+};
+
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+inline std::size_t bytes_of(int64_t count, std::size_t elem) {
+  return static_cast<std::size_t>(count) * elem;
+}
+
+inline const std::byte* cbytes(const void* p) { return static_cast<const std::byte*>(p); }
+inline std::byte* mbytes(void* p) { return static_cast<std::byte*>(p); }
+
+/// memcpy that tolerates empty ranges and identical pointers (in-place slots).
+inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owner reduction: rank q folds part q (off[q], len[q]) of every rank's send buffer in rank
+// order. The engine of AllReduce `direct` (parts = chunk_of, then an all-gather of the results)
+// and of ReduceScatter (parts = recv_counts, no all-gather).
+
+/// One rank's share of an owner reduction: `scatter` (its slices of the other owners' parts,
+/// remote-first `order`), `reduce` (its own part's tiles) and, with gather, `collect` (the other
+/// owners' finished tiles), with the cumulative signal targets the reduce and collect tiles wait
+/// for. The plain and the compressed-wire kernels share it.
+struct OwnerSchedule {
+  std::vector<int> order;
+  std::vector<Item> scatter, reduce, collect;
+  std::vector<std::uint64_t> in_target, out_target;
+};
+
+inline OwnerSchedule owner_schedule(Rank& rk, const std::vector<int64_t>& len, int64_t te,
+                                    bool gather, int in_slot, int out_slot) {
+  const int P = rk.size(), me = rk.rank();
+  OwnerSchedule s;
+  s.order = remote_first(me, P);
+  for (int q : s.order)
+    for (int t = 0; t < num_tiles(len[q], te); ++t) {
+      if (q != me) s.scatter.push_back({q, t});
+      if (q != me && gather) s.collect.push_back({q, t});
+    }
+  for (int t = 0; t < num_tiles(len[me], te); ++t) s.reduce.push_back({me, t});
+  s.in_target.assign(kMaxTiles, 0);
+  s.out_target.assign(std::size_t(P) * kMaxTiles, 0);
+  for (const Item& it : s.reduce) s.in_target[it.tile] = rk.expect(in_slot + it.tile, P - 1);
+  for (const Item& it : s.collect) {
+    const int slot = it.peer * kMaxTiles + it.tile;
+    s.out_target[slot] = rk.expect(out_slot + slot, 1);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exchange: every rank sends one block to every rank, itself included (a local copy, last). Each
+// receiver's scratch holds its incoming blocks; a block of n elements is tiled by tile_elems(n),
+// so sender and receiver agree, as n does. Offsets and lengths are in elements.
+
+/// One rank's side of an exchange.
+struct Exchange {
+  std::string key;     // scratch and slot names
+  std::string kernel;  // the kernel's name (traces, timeout reports)
+  int64_t inbox = 0;   // scratch elements: the largest inbox of all ranks, so the same everywhere
+  std::vector<int64_t> send_len, send_at;  // [q]: the block for q, at send_at[q] in `send`
+  std::vector<int64_t> put_at;             // [q]: where that block lands in q's scratch
+  std::vector<int64_t> recv_len, recv_at;  // [p]: the block from p, at recv_at[p] in `recv`
+  std::vector<int64_t> box_at;             // [p]: where that block sits in this rank's scratch
+};
+
+/// All-to-All(v): q's scratch packs its incoming blocks in source order. Reads the peers' calls
+/// (`all`), so it must be built before `leave_args`.
+inline Exchange all_to_allv_exchange(Rank& rk, const AllToAllvArgs& args,
+                                     const std::vector<const AllToAllvArgs*>& all) {
+  const int P = rk.size(), me = rk.rank();
+  Exchange ex;
+  ex.put_at.assign(P, 0);
+  for (int q = 0; q < P; ++q) {
+    int64_t sum = 0;
+    for (int p = 0; p < P; ++p) {
+      if (p == me) ex.put_at[q] = sum;
+      sum += all[q]->recv_counts[p];
+    }
+    ex.inbox = std::max(ex.inbox, sum);
+  }
+  ex.box_at.assign(P, 0);
+  for (int p = 1; p < P; ++p) ex.box_at[p] = ex.box_at[p - 1] + args.recv_counts[p - 1];
+  ex.send_len = args.send_counts;
+  ex.send_at = args.send_displs;
+  ex.recv_len = args.recv_counts;
+  ex.recv_at = args.recv_displs;
+  return ex;
+}
+
+/// AllGather: every block is this rank's whole contribution (at 0 in `send`), and every scratch
+/// is laid out like `recv` (part p at off[p] on every rank).
+inline Exchange all_gather_exchange(Rank& rk, const AllGatherArgs& args) {
+  const int P = rk.size(), me = rk.rank();
+  Exchange ex;
+  std::vector<int64_t> off(P + 1, 0);
+  for (int p = 0; p < P; ++p) off[p + 1] = off[p] + args.recv_counts[p];
+  ex.inbox = off[P];
+  ex.send_len.assign(P, args.recv_counts[me]);
+  ex.send_at.assign(P, 0);
+  ex.put_at.assign(P, off[me]);
+  ex.recv_len = args.recv_counts;
+  ex.recv_at.assign(off.begin(), off.end() - 1);
+  ex.box_at = ex.recv_at;
+  return ex;
+}
+
+/// The work of one exchange call: this rank's sends (remote peers first, its own block last) and
+/// receives (remote peers only) as (peer, tile) items, and the cumulative target of every slot
+/// [source][tile] it waits on.
+struct ExchangeSchedule {
+  SymBuffer box{};
+  int slot = 0;
+  std::vector<Item> sends, receives;
+  std::vector<std::uint64_t> target;
+};
+
+/// Reserves the scratch (`inbox` elements of `box_elem` bytes) and the slots (collective, the same
+/// on every rank); then, unless nothing moves, lists the work with tiles of `tile_elem`-byte
+/// elements.
+inline ExchangeSchedule exchange_schedule(Rank& rk, const Exchange& ex, std::size_t tile_elem,
+                                          std::size_t box_elem) {
+  const int P = rk.size(), me = rk.rank();
+  ExchangeSchedule s;
+  s.box = rk.scratch(ex.key, bytes_of(ex.inbox, box_elem));
+  s.slot = rk.slots(ex.key, P * kMaxTiles);  // [source][tile]
+  if (ex.inbox == 0) return s;
+  for (int q : remote_first(me, P))
+    for (int t = 0; t < num_tiles(ex.send_len[q], tile_elems(ex.send_len[q], tile_elem)); ++t)
+      s.sends.push_back({q, t});
+  s.target.assign(std::size_t(P) * kMaxTiles, 0);
+  for (int p : remote_first(me, P)) {
+    if (p == me) continue;
+    for (int t = 0; t < num_tiles(ex.recv_len[p], tile_elems(ex.recv_len[p], tile_elem)); ++t) {
+      s.receives.push_back({p, t});
+      s.target[p * kMaxTiles + t] = rk.expect(s.slot + p * kMaxTiles + t, 1);
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The compressed-wire collectives (compressed.cpp), called after `enter` when `wire.format` is
+// not none.
+
+void all_reduce_wire(Rank& rk, const AllReduceArgs& args);
+void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args);
+void all_gather_wire(Rank& rk, const AllGatherArgs& args);
+void all_to_allv_wire(Rank& rk, const AllToAllvArgs& args,
+                      const std::vector<const AllToAllvArgs*>& all);
+
+}  // namespace fusedcoll::emu::ops
