@@ -63,9 +63,9 @@ struct World::State {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::vector<std::shared_ptr<Backend>> backends;
 
-  // Failure (watchdog.cpp): set once; every wait then throws (a BackendError starting with
-  // kAbortPrefix, unless the abort was a timeout, which every rank reports as the same
-  // TimeoutError).
+  // Failure (watchdog.cpp): set once; every wait then throws a BackendError starting with
+  // kAbortPrefix and marked secondary (detail/spmd.hpp), unless the abort was a timeout, which
+  // every rank reports as the same TimeoutError.
   static constexpr const char* kAbortPrefix = "aborted because another part of the run failed: ";
   std::atomic<bool> aborted{false};
   std::mutex abort_mu;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "emu/state.hpp"
+#include "fusedcoll/detail/spmd.hpp"
 
 namespace fusedcoll::emu {
 
@@ -53,7 +54,7 @@ void World::State::throw_abort() {
     timeout = abort_is_timeout;
   }
   if (timeout) throw TimeoutError(reason);
-  throw BackendError(kAbortPrefix + reason);
+  throw fusedcoll::detail::SecondaryError<BackendError>(kAbortPrefix + reason);
 }
 
 // ----------------------------------------------------------------------------------------------

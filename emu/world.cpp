@@ -4,13 +4,13 @@
 #include <oneapi/tbb/global_control.h>
 
 #include <exception>
-#include <mutex>
-#include <string_view>
+#include <string>
 #include <thread>
 
 #include "emu/link.hpp"
 #include "emu/ops.hpp"
 #include "emu/state.hpp"
+#include "fusedcoll/detail/spmd.hpp"
 #include "fusedcoll/env.hpp"
 
 namespace fusedcoll::emu {
@@ -92,7 +92,8 @@ std::exception_ptr impl::clone_error(std::exception_ptr e, const std::string& pr
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
-    return make_error(err.code(), prefix + err.what());
+    return fusedcoll::detail::make_error(err.code(), prefix + err.what(),
+                                         fusedcoll::detail::is_secondary(err));
   } catch (const std::exception& err) {
     return std::make_exception_ptr(std::runtime_error(prefix + err.what()));
   } catch (...) {
@@ -128,18 +129,6 @@ class EmuBackend final : public Backend {
   Rank& rk_;
 };
 
-/// True for the error every other rank gets once the world aborted; false for a root cause
-/// (including a workgroup's own exception, which its launching host thread rethrows).
-bool is_abort_consequence(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const BackendError& err) {
-    return std::string_view(err.what()).starts_with(World::State::kAbortPrefix);
-  } catch (...) {
-    return false;
-  }
-}
-
 }  // namespace
 
 void World::run(const std::function<void(Communicator&)>& per_rank) {
@@ -148,42 +137,22 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
   if (s.backends.empty())
     for (auto& r : s.ranks) s.backends.push_back(std::make_shared<EmuBackend>(*r));
 
-  struct Failure {
-    int rank;
-    std::exception_ptr error;
-    bool consequence;  // thrown after the world had already aborted
-  };
-  std::mutex mu;
-  std::vector<Failure> failures;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < s.size; ++r) {
-    threads.emplace_back([&, r] {
-      Communicator comm(s.backends[r]);
-      try {
+  // A rank that fails aborts the world, so that no peer waits for it; the peers' errors from the
+  // abort are secondary (World::State::throw_abort), a timeout's are not (all ranks report it).
+  const auto root = fusedcoll::detail::run_spmd(
+      s.size,
+      [&](int r) {
+        Communicator comm(s.backends[r]);
         s.ranks[r]->set_activity("running user code");
         per_rank(comm);
         s.ranks[r]->set_activity("returned from user code");
-      } catch (...) {
-        const bool consequence = is_abort_consequence(std::current_exception());
-        {
-          std::lock_guard lock(mu);
-          failures.push_back({r, std::current_exception(), consequence});
-        }
+      },
+      [&](int r, std::exception_ptr error) {
         s.ranks[r]->set_activity("failed");
-        s.abort_from(std::current_exception(), "rank " + std::to_string(r));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (failures.empty()) return;
+        s.abort_from(error, "rank " + std::to_string(r));
+      });
+  if (!root) return;
   s.broken = true;
-  // The root cause: the first error that is not the abort's echo on another rank.
-  const Failure* root = &failures.front();
-  for (const auto& f : failures)
-    if (!f.consequence) {
-      root = &f;
-      break;
-    }
   std::rethrow_exception(
       impl::clone_error(root->error, "rank " + std::to_string(root->rank) + ": "));
 }

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
-#include <thread>
 #include <vector>
 
+#include "fusedcoll/detail/spmd.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
 #include "hip/collectives.hpp"
@@ -35,6 +35,13 @@ struct Failure {
   ErrorCode code = ErrorCode::ok;
   std::string what;
 };
+
+/// What a rank's call throws when another rank failed first: secondary (detail/spmd.hpp), so
+/// `run` reports the root cause instead.
+[[noreturn]] void throw_abandoned(const std::string& name) {
+  throw detail::SecondaryError<InternalError>("fusedcoll gpu: " + name +
+                                              " abandoned: another rank failed");
+}
 
 Failure capture() {
   try {
@@ -81,7 +88,7 @@ struct World::State {
   template <class Work>
   void collective(int rank, const std::string& name, const void* arg, Work&& work) {
     std::unique_lock lk(m);
-    if (aborted) throw_as(ErrorCode::internal, "fusedcoll gpu: " + name + " abandoned: another rank failed");
+    if (aborted) throw_abandoned(name);
     if (arrived == 0) {
       op = name;
       mismatch.clear();
@@ -107,8 +114,7 @@ struct World::State {
       cv.notify_all();
     } else {
       cv.wait(lk, [&] { return generation != gen || aborted; });
-      if (generation == gen)
-        throw_as(ErrorCode::internal, "fusedcoll gpu: " + name + " abandoned: another rank failed");
+      if (generation == gen) throw_abandoned(name);
     }
     if (result.code != ErrorCode::ok) throw_as(result.code, result.what);
   }
@@ -239,36 +245,21 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
     s.aborted = false;
     s.arrived = 0;
   }
-  std::mutex em;
-  int first_rank = -1;
-  Failure first;
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(P));
-  for (int r = 0; r < P; ++r) {
-    threads.emplace_back([&, r] {
-      try {
+  const auto root = detail::run_spmd(
+      P,
+      [&](int r) {
         Communicator comm(std::make_shared<RankBackend>(s, r));
         per_rank(comm);
-      } catch (...) {
-        Failure f = capture();
-        {
-          std::lock_guard lk(em);
-          // The root cause, not the "abandoned" errors it caused on the other ranks.
-          const bool abandoned =
-              f.what.find(" abandoned: another rank failed") != std::string::npos;
-          if (first_rank < 0 ||
-              (!abandoned && first.what.find(" abandoned: ") != std::string::npos)) {
-            first_rank = r;
-            first = std::move(f);
-          }
-        }
-        s.abort();
-      }
-    });
+      },
+      [&](int, std::exception_ptr) { s.abort(); });
+  if (!root) return;
+  Failure first;
+  try {
+    std::rethrow_exception(root->error);
+  } catch (...) {
+    first = capture();
   }
-  for (auto& t : threads) t.join();
-  if (first_rank >= 0)
-    throw_as(first.code, detail::make_string("rank ", first_rank, ": ", first.what));
+  throw_as(first.code, detail::make_string("rank ", root->rank, ": ", first.what));
 }
 
 }  // namespace fusedcoll::gpu

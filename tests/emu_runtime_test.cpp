@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
+#include "fusedcoll/detail/spmd.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/fusedcoll.hpp"
@@ -290,6 +292,54 @@ TEST(EmuRuntime, WorkgroupExceptionIsTheRootCauseNotTheAbortEcho) {
         });
       },
       {"rank 1: ", "kernel bug on rank 1"});
+}
+
+// The SPMD runner of the emu and gpu worlds picks the root cause by the secondary mark, never by
+// the message: a secondary error caught first loses to a later unmarked one, even one whose text
+// reads like an abort.
+TEST(Spmd, RootCauseIsTheFirstUnmarkedFailureWhateverItsMessage) {
+  std::atomic<bool> secondary_recorded{false};
+  std::atomic<int> aborts{0};
+  const auto root = fc::detail::run_spmd(
+      3,
+      [&](int r) {
+        if (r == 0)
+          throw fc::detail::SecondaryError<fc::BackendError>("rank 0 stopped: a peer failed");
+        if (r == 2) {
+          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!secondary_recorded && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::yield();
+          FC_ENFORCE(false, "aborted because another part of the run failed: no, the root");
+        }
+      },
+      [&](int r, std::exception_ptr) {
+        ++aborts;
+        if (r == 0) secondary_recorded = true;
+      });
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->rank, 2);
+  EXPECT_FALSE(fc::detail::is_secondary(root->error));
+  EXPECT_THROW(std::rethrow_exception(root->error), fc::InvalidArgument);
+  EXPECT_EQ(aborts, 2);
+}
+
+TEST(Spmd, OnlySecondaryFailuresReportTheFirstAndNoFailureReportsNone) {
+  const auto root = fc::detail::run_spmd(
+      2,
+      [](int r) {
+        throw fc::detail::SecondaryError<fc::TimeoutError>("rank " + std::to_string(r));
+      },
+      [](int, std::exception_ptr) {});
+  ASSERT_TRUE(root.has_value());
+  EXPECT_TRUE(fc::detail::is_secondary(root->error));
+  EXPECT_THROW(std::rethrow_exception(root->error), fc::TimeoutError);
+  const auto none = fc::detail::run_spmd(
+      4, [](int) {}, [](int, std::exception_ptr) {});
+  EXPECT_FALSE(none.has_value());
+  // The mark survives the copy an error crosses threads as.
+  EXPECT_TRUE(fc::detail::is_secondary(
+      fc::detail::make_error(fc::ErrorCode::backend, "copied", /*secondary=*/true)));
+  EXPECT_FALSE(fc::detail::is_secondary(fc::make_error(fc::ErrorCode::backend, "copied")));
 }
 
 // ---------------------------------------------------------------------------------------------
