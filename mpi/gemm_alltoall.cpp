@@ -159,7 +159,10 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& ex
                  const OutRef& mine) {
   const int P = pl.P, me = pl.me;
   const std::int64_t N = pl.N;
-  std::vector<float> stage(pl.stage_bytes() / sizeof(float));
+  // Scratch in the runtime's data area, reused across calls (fresh vectors cost page faults and
+  // zeroing every call; see embedding_alltoall.cpp). Agreed sizes: reserve is collective.
+  rt.reserve(pl.stage_bytes() + pl.recv_bytes());
+  float* stage = rt.data_as<float>(0);
   std::vector<Tile> tiles;
   for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
   const int grid = rt.grid_for(tiles.size());
@@ -169,7 +172,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& ex
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       compute_tile(pl, experts[tl.j], tl,
-                   stage.data() + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
+                   stage + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
     }
   });
   std::vector<int> sc(P), sd(P), rc(P), rd(P);
@@ -185,13 +188,12 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& ex
     rc[q] = static_cast<int>(v[2]);
     rd[q] = static_cast<int>(v[3]);
   }
-  std::vector<float> recv(
-      static_cast<std::size_t>((pl.recv_at[P - 1][me] + pl.rows[P - 1][me]) * N));
+  float* recv = rt.data_as<float>(pl.stage_bytes());
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  FC_CHECK_MPI(MPI_Ialltoallv(stage.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
-                              rd.data(), MPI_FLOAT, rt.comm(), &req[0]));
+  FC_CHECK_MPI(MPI_Ialltoallv(stage, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(),
+                              MPI_FLOAT, rt.comm(), &req[0]));
   rt.wait_requests(req, "MPI_Ialltoallv of the expert outputs");
-  for (int h = 0; h < P; ++h) unpack(rt, pl, h, recv.data() + pl.recv_at[h][me] * N, mine);
+  for (int h = 0; h < P; ++h) unpack(rt, pl, h, recv + pl.recv_at[h][me] * N, mine);
 }
 
 }  // namespace

@@ -169,7 +169,15 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
 void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
   const int P = pl.P, me = pl.me;
   // The partial [m, N] as owner-major slabs [m, n_j]: owner j's block is contiguous.
-  std::vector<float> partial(static_cast<std::size_t>(pl.m * pl.n));
+  // Scratch in the runtime's data area, reused across calls (fresh vectors cost page faults and
+  // zeroing every call; see embedding_alltoall.cpp). Agreed sizes: reserve is collective.
+  std::int64_t most = 0;
+  for (const Chunk& c : pl.chunks) most = std::max(most, c.length);
+  const std::size_t inbox_at = fbytes(pl.m * pl.n), reduced_at = inbox_at + fbytes(P * pl.m * most);
+  rt.reserve(reduced_at + fbytes(pl.m * most));
+  float* partial = rt.data_as<float>(0);
+  float* inbox = rt.data_as<float>(inbox_at);
+  float* reduced = rt.data_as<float>(reduced_at);
   std::vector<Tile> tiles = pl.compute;
   const int grid = rt.grid_for(tiles.size());
   rt.launch(grid, [&](int wg) {
@@ -177,7 +185,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
          i += static_cast<std::size_t>(grid)) {
       const Tile& t = tiles[i];
       const Chunk c = pl.chunks[t.owner];
-      pl.partial(t, partial.data() + pl.m * c.offset + pl.in_slab(t), c.length);
+      pl.partial(t, partial + pl.m * c.offset + pl.in_slab(t), c.length);
     }
   });
   const std::int64_t n_me = pl.chunks[me].length;
@@ -190,17 +198,14 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
     rc[j] = static_cast<int>(pl.m * n_me);
     rd[j] = static_cast<int>(j * pl.m * n_me);
   }
-  std::vector<float> inbox(static_cast<std::size_t>(P * pl.m * n_me));
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  FC_CHECK_MPI(MPI_Ialltoallv(partial.data(), sc.data(), sd.data(), MPI_FLOAT, inbox.data(),
+  FC_CHECK_MPI(MPI_Ialltoallv(partial, sc.data(), sd.data(), MPI_FLOAT, inbox,
                               rc.data(), rd.data(), MPI_FLOAT, rt.comm(), &req[0]));
   rt.wait_requests(req, "MPI_Ialltoallv of the partials");
-  std::vector<float> reduced(static_cast<std::size_t>(pl.m * n_me));
-  fold_rank_order(rt, reduced.data(), pl.m * n_me, DType::f32, ReduceOp::sum,
-                  [&](int p) -> const void* { return inbox.data() + p * pl.m * n_me; });
+  fold_rank_order(rt, reduced, pl.m * n_me, DType::f32, ReduceOp::sum,
+                  [&](int p) -> const void* { return inbox + p * pl.m * n_me; });
   // The gathered slabs land owner-major, exactly the layout of `partial`, which is free again.
-  FC_CHECK_MPI(MPI_Iallgatherv(reduced.data(), static_cast<int>(pl.m * n_me), MPI_FLOAT,
-                               partial.data(), sc.data(), sd.data(), MPI_FLOAT, rt.comm(),
+  FC_CHECK_MPI(MPI_Iallgatherv(reduced, static_cast<int>(pl.m * n_me), MPI_FLOAT, partial, sc.data(), sd.data(), MPI_FLOAT, rt.comm(),
                                &req[0]));
   rt.wait_requests(req, "MPI_Iallgatherv of the reduced chunks");
   auto* y = static_cast<float*>(a.y.data());
@@ -208,7 +213,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
     const Chunk c = pl.chunks[j];
     if (c.length == 0) continue;
     for (std::int64_t r = 0; r < pl.m; ++r)
-      std::memcpy(y + r * a.y.stride(0) + c.offset, partial.data() + pl.m * c.offset + r * c.length,
+      std::memcpy(y + r * a.y.stride(0) + c.offset, partial + pl.m * c.offset + r * c.length,
                   fbytes(c.length));
   }
 }
