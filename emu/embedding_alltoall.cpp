@@ -1,14 +1,16 @@
 // EmbeddingAllToAll on the emulator: pooled embedding-bag lookups fused with the All-to-All that
 // hands every rank the pooled vectors of its own samples (docs/semantics.md, "EmbeddingAllToAll").
 //
-// A tile is (local table, block of up to kBagBlock samples of ONE destination rank's batch
-// range). Every pooled element is computed by the shared kernel `detail::embedding_bag_rows`, so
-// the bits are ref/'s whatever the tiling, the schedule or the mode; the rest only moves bytes.
+// The plan (tiles, their order, per-destination tile counts, staging and receive layout) is
+// detail/embedding_plan.hpp's, shared with mpi/ and hip/; this file only says how a tile's rows move
+// and how completion is observed. A tile is (local table, block of up to kBagBlock samples of ONE
+// destination rank's batch range). Every pooled element is computed by the shared kernel
+// `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling, the schedule or the
+// mode; the rest only moves bytes.
 //
 // All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
 // w, w + grid, ...; the fused tile list goes table by table, and within each table is
-// communication-aware (destinations rank+1, rank+2, ..., the local rank's tiles last, see
-// ops::remote_first).
+// communication-aware (destinations rank+1, rank+2, ..., the local rank's tiles last).
 //
 // - scale_up (zero-copy): a WG pools its tile into a WG-local buffer and stores every row segment
 //   straight into its final place in the destination's output (whose address the ranks exchanged
@@ -41,15 +43,12 @@
 #include <vector>
 
 #include "emu/ops.hpp"
-#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/embedding_plan.hpp"
 
 namespace fusedcoll::emu::ops {
 namespace {
 
-/// Samples per tile.
-constexpr std::int64_t kBagBlock = 16;
-
-std::int64_t blocks_of(std::int64_t n) { return (n + kBagBlock - 1) / kBagBlock; }
+using namespace fusedcoll::detail::embedding;  // Plan, Tile, kBagBlock, pool
 
 /// A rank's output as the other ranks see it: base address and strides in elements.
 struct OutRef {
@@ -57,89 +56,6 @@ struct OutRef {
   std::int64_t s0 = 0;  // between samples
   std::int64_t s1 = 0;  // between tables
 };
-
-/// One tile: local table `k`, samples `[i0, i1)` of destination `q`'s batch range (or of the
-/// global batch for the unfused pooling kernel, where `q` is unused).
-struct Tile {
-  int q = 0;
-  int k = 0;
-  std::int64_t i0 = 0;
-  std::int64_t i1 = 0;
-};
-
-/// Everything the agreed arguments say about the whole problem.
-struct Plan {
-  int P = 1;
-  int me = 0;
-  std::int64_t T = 0;
-  std::int64_t D = 0;
-  PoolingMode pooling = PoolingMode::sum;
-  std::vector<std::int64_t> batch;          // [P]
-  std::vector<std::int64_t> start;          // [P + 1]
-  std::vector<std::int64_t> tp;             // [P] tables per rank
-  std::vector<std::int64_t> tables_before;  // [P + 1]
-  std::vector<std::vector<std::int64_t>> ids;  // [P][T_p]: global id of each rank's k-th table
-
-  explicit Plan(const EmbeddingAllToAllArgs& a, int rank, int size)
-      : P(size), me(rank), T(static_cast<std::int64_t>(a.owner.size())), D(a.dim),
-        pooling(a.pooling), batch(a.batch_sizes), start(size + 1, 0), tp(size, 0),
-        tables_before(size + 1, 0), ids(size) {
-    for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
-    for (std::int64_t t = 0; t < T; ++t) {
-      ++tp[a.owner[t]];
-      ids[a.owner[t]].push_back(t);
-    }
-    for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
-  }
-  std::int64_t global_batch() const { return start[P]; }
-  /// Tiles rank p computes for destination q (the same formula on every rank).
-  std::int64_t tiles(int p, int q) const { return tp[p] * blocks_of(batch[q]); }
-  /// Floats of the slice p sends q: [B_q, T_p, D].
-  std::int64_t slice_floats(int p, int q) const { return batch[q] * tp[p] * D; }
-  /// Where p's slice starts in q's receive buffer, in floats.
-  std::int64_t recv_offset(int p, int q) const { return batch[q] * tables_before[p] * D; }
-  /// Symmetric sizes in bytes, identical on every rank.
-  std::size_t stage_bytes() const {
-    const std::int64_t max_tp = *std::max_element(tp.begin(), tp.end());
-    return static_cast<std::size_t>(global_batch() * max_tp * D) * sizeof(float);
-  }
-  std::size_t recv_bytes() const {
-    const std::int64_t max_b = *std::max_element(batch.begin(), batch.end());
-    return static_cast<std::size_t>(max_b * T * D) * sizeof(float);
-  }
-  /// The tiles of this rank: table by table, and within a table destinations in
-  /// communication-aware order, local rank last. Table-major keeps a WG on one table for
-  /// consecutive tiles, as in the unfused kernel; destination-major order made every WG sweep
-  /// each table P times and measured up to ~25% slower (docs/results.md).
-  std::vector<Tile> fused_tiles() const {
-    std::vector<Tile> out;
-    for (int k = 0; k < static_cast<int>(tp[me]); ++k)
-      for (int q : remote_first(me, P))
-        for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
-          out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
-    return out;
-  }
-};
-
-/// Pools bags `[b0, b1)` (global sample ids) of one local table into `out` (row stride
-/// `out_stride` floats) with the shared kernel.
-void pool(const EmbeddingTableShard& sh, std::int64_t dim, PoolingMode mode, std::int64_t b0,
-          std::int64_t b1, float* out, std::int64_t out_stride) {
-  if (dim == 0 || b1 <= b0) return;  // nothing to write (and `out` may be null)
-  const auto* table = static_cast<const float*>(sh.weights.data());
-  const auto* weights = static_cast<const float*>(sh.per_sample_weights.data());
-  if (sh.offsets.dtype() == DType::i64) {
-    fusedcoll::detail::embedding_bag_rows(
-        table, sh.weights.stride(0), dim, static_cast<const std::int64_t*>(sh.offsets.data()),
-        static_cast<const std::int64_t*>(sh.indices.data()), weights, mode, b0, b1, out,
-        out_stride);
-  } else {
-    fusedcoll::detail::embedding_bag_rows(
-        table, sh.weights.stride(0), dim, static_cast<const std::int32_t*>(sh.offsets.data()),
-        static_cast<const std::int32_t*>(sh.indices.data()), weights, mode, b0, b1, out,
-        out_stride);
-  }
-}
 
 /// Copies rows `i = first, first + step, ...` of the block [B_me, T_p, D] received from `p` into
 /// their places in this rank's output.
@@ -218,7 +134,7 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
         }
         continue;
       }
-      float* slice = st + pl.start[tl.q] * tpm * D;  // [B_q, T_me, D]
+      float* slice = st + pl.stage_offset(tl.q);  // [B_q, T_me, D]
       wg.compute("pool", [&] {
         pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
       });
@@ -248,13 +164,10 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
   const SymBuffer local = rk.scratch("emb.local", pl.stage_bytes());
   const SymBuffer recv = rk.scratch("emb.recv", pl.recv_bytes());
   const int arrive = rk.slots("emb.a2a", P);
-  const std::int64_t D = pl.D, tpm = pl.tp[me], B = pl.global_batch();
+  const std::int64_t D = pl.D, tpm = pl.tp[me];
 
   // Kernel 1: pool every local bag into L [B, T_me, D].
-  std::vector<Tile> tiles;
-  for (int k = 0; k < static_cast<int>(tpm); ++k)
-    for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
-      tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
+  const std::vector<Tile> tiles = pl.unfused_tiles();
   const int grid1 = static_cast<int>(
       std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
   rk.launch("embedding_bag", grid1, [&](WgContext& wg) -> WgTask {
@@ -280,7 +193,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
     for (std::int64_t j = w; j < P; j += g) {
       const int q = order[static_cast<std::size_t>(j)];
       wg.put_signal(q, recv, static_cast<std::size_t>(pl.recv_offset(me, q)) * sizeof(float),
-                    l + pl.start[q] * tpm * D,
+                    l + pl.stage_offset(q),
                     static_cast<std::size_t>(pl.slice_floats(me, q)) * sizeof(float), arrive + me,
                     SignalOp::add, 1);
     }

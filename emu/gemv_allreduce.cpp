@@ -1,6 +1,7 @@
 // GemvAllReduce on the emulator: the row-parallel GEMV fused with a direct (reduce-scatter +
 // all-gather) AllReduce. The output columns are split into owner chunks (`chunk_of(N, P, j)`),
-// each chunk into tiles of `kTileN` columns.
+// each chunk into tiles of `kTileN` columns: the plan of detail/gemv_plan.hpp, shared with mpi/
+// and hip/; this file says how partials move and how completion is observed.
 //
 //   scale_up : a WG computes its partial of a tile, puts it into the owner's slot for its source
 //              rank and bumps the owner's per-tile counter; the owner's WG waits for all P
@@ -16,84 +17,29 @@
 #include <vector>
 
 #include "emu/ops.hpp"
-#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/gemv_plan.hpp"
 
 namespace fusedcoll::emu::ops {
 namespace {
 
-struct config {
-  // Columns per tile: 64 floats = 256 B rows, enough tiles per chunk to spread over the WGs.
-  static constexpr std::int64_t kTileN = 64;
-};
+using namespace fusedcoll::detail::gemv;  // Plan, Tile, kTileN, partial_tile
 
-struct Tile {
-  int owner;
-  std::int64_t n0, n1;  // output columns [n0, n1)
-};
-
-struct Plan {
-  int rank = 0, world = 1;
-  std::int64_t m = 0, n = 0, k = 0;
-  std::vector<Chunk> chunks;    // owner chunk of every rank
-  std::vector<Tile> tiles;      // all tiles, owner-major
-  std::vector<int> compute;     // tile ids in communication-aware order (remote owners first)
-  std::vector<int> mine;        // tile ids this rank owns
-  const float* w = nullptr;
-  std::int64_t ldw = 0;
-  const float* x = nullptr;
-  std::int64_t ldx = 0;
-  // Every rank's y, exchanged at entry: the zero-copy destinations of the scale-up variant.
+/// Every rank's y, exchanged at entry: the zero-copy destinations of the scale-up variant.
+struct Ys {
   std::vector<float*> y;
-  std::vector<std::int64_t> ldy;
+  std::vector<std::int64_t> ld;
 };
 
-Plan make_plan(Rank& rk, const GemvAllReduceArgs& args,
-               const std::vector<const GemvAllReduceArgs*>& all) {
-  Plan p;
-  p.rank = rk.rank();
-  p.world = rk.size();
-  p.m = args.m;
-  p.n = args.n;
-  p.k = args.k_splits[p.rank];
-  p.w = static_cast<const float*>(args.w.data());
-  p.ldw = args.w.stride(0);
-  p.x = static_cast<const float*>(args.x.data());
-  p.ldx = args.x.stride(0);
-  for (int j = 0; j < p.world; ++j) {
-    p.chunks.push_back(chunk_of(p.n, p.world, j));
-    for (std::int64_t c = 0; c < p.chunks[j].length; c += config::kTileN) {
-      const std::int64_t n0 = p.chunks[j].offset + c;
-      p.tiles.push_back({j, n0, std::min(n0 + config::kTileN, p.chunks[j].offset + p.chunks[j].length)});
-    }
-  }
-  for (int owner : remote_first(p.rank, p.world))
-    for (int t = 0; t < static_cast<int>(p.tiles.size()); ++t)
-      if (p.tiles[t].owner == owner) p.compute.push_back(t);
-  for (int t = 0; t < static_cast<int>(p.tiles.size()); ++t)
-    if (p.tiles[t].owner == p.rank) p.mine.push_back(t);
-  for (const auto* a : all) {
-    p.y.push_back(static_cast<float*>(a->y.data()));
-    p.ldy.push_back(a->y.stride(0));
-  }
-  return p;
-}
-
-
-// Partial of tile `t` into `out` ([m][ld]), from this rank's K range.
-void partial_tile(const Plan& p, const Tile& t, float* out, std::int64_t ld) {
-  detail::gemv_rows(p.w + t.n0 * p.ldw, p.ldw, p.x, p.ldx, p.m, p.k, 0, t.n1 - t.n0, out, ld);
-}
-
-void run_scale_up(Rank& rk, const Plan& p) {
-  const std::size_t tile_floats = static_cast<std::size_t>(p.m * config::kTileN);
+void run_scale_up(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys& ys) {
+  const std::size_t tile_floats = static_cast<std::size_t>(p.m * kTileN);
   const std::size_t num_tiles = p.tiles.size();
   // partials[src][tile][m][kTileN] on every rank; only the owner's copy of a tile is used.
   const SymBuffer partials =
-      rk.scratch("gemv.partials", std::max<std::size_t>(1, p.world * num_tiles * tile_floats * 4));
+      rk.scratch("gemv.partials", std::max<std::size_t>(1, p.P * num_tiles * tile_floats * 4));
   const int part_slot = rk.slots("gemv.partial", static_cast<int>(std::max<std::size_t>(num_tiles, 1)));
   const int y_slot = rk.slots("gemv.y", 1);
   std::vector<std::uint64_t> part_target(num_tiles, 0);
-  for (int t : p.mine) part_target[t] = rk.expect(part_slot + t, p.world);
+  for (int t : p.mine) part_target[t] = rk.expect(part_slot + t, p.P);
   const std::uint64_t y_target = rk.expect(y_slot, num_tiles);
   const int grid = grid_for(rk, num_tiles);
 
@@ -102,8 +48,8 @@ void run_scale_up(Rank& rk, const Plan& p) {
     for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
       const int t = p.compute[i];
       const Tile& tile = p.tiles[t];
-      wg.compute("gemv", [&] { partial_tile(p, tile, buf.data(), config::kTileN); });
-      const std::size_t offset = (p.rank * num_tiles + t) * tile_floats * 4;
+      wg.compute("gemv", [&] { partial_tile(p, a, tile, buf.data(), kTileN); });
+      const std::size_t offset = (p.me * num_tiles + t) * tile_floats * 4;
       wg.put_signal(tile.owner, partials, offset, buf.data(), tile_floats * 4, part_slot + t,
                     SignalOp::add, 1);
     }
@@ -117,14 +63,14 @@ void run_scale_up(Rank& rk, const Plan& p) {
       // Fold in rank order, starting from rank 0's partial itself: the `direct` order.
       if (tile_floats > 0) std::memcpy(buf.data(), partial_of(0), tile_floats * 4);
       wg.compute("reduce", [&] {
-        for (int src = 1; src < p.world; ++src)
+        for (int src = 1; src < p.P; ++src)
           detail::reduce_into(buf.data(), partial_of(src), static_cast<std::int64_t>(tile_floats),
                               DType::f32, ReduceOp::sum);
       });
       const std::size_t row_bytes = (tile.n1 - tile.n0) * 4;
-      for (int q : remote_first(p.rank, p.world)) {
+      for (int q : remote_first(p.me, p.P)) {
         for (std::int64_t r = 0; r < p.m; ++r)
-          wg.store(q, p.y[q] + r * p.ldy[q] + tile.n0, buf.data() + r * config::kTileN, row_bytes);
+          wg.store(q, ys.y[q] + r * ys.ld[q] + tile.n0, buf.data() + r * kTileN, row_bytes);
         wg.signal(q, y_slot, SignalOp::add, 1);
       }
     }
@@ -133,11 +79,9 @@ void run_scale_up(Rank& rk, const Plan& p) {
   });
 }
 
-void run_scale_out(Rank& rk, const Plan& p) {
-  const int P = p.world;
-  std::int64_t max_chunk = 0;
-  for (const auto& c : p.chunks) max_chunk = std::max(max_chunk, c.length);
-  const std::size_t slice_floats = static_cast<std::size_t>(p.m * max_chunk);
+void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys& ys) {
+  const int P = p.P;
+  const std::size_t slice_floats = static_cast<std::size_t>(p.S);
   // stage[j]: my partial of owner j's chunk, [m][len_j]; slices[src]: received partial slices;
   // reduced: my reduced chunk; gathered[j]: owner j's reduced chunk, [m][len_j].
   const SymBuffer stage = rk.scratch("gemv.stage", std::max<std::size_t>(1, P * slice_floats * 4));
@@ -149,11 +93,8 @@ void run_scale_out(Rank& rk, const Plan& p) {
   const int rdone_slot = rk.slots("gemv.reduced_done", 1);
   const int gather_slot = rk.slots("gemv.gathered", 1);
   std::vector<std::uint64_t> done_target(P);
-  for (int j = 0; j < P; ++j) {
-    std::uint64_t tiles_j = 0;
-    for (const auto& t : p.tiles) tiles_j += t.owner == j;
-    done_target[j] = rk.expect(done_slot + j, tiles_j);
-  }
+  for (int j = 0; j < P; ++j)
+    done_target[j] = rk.expect(done_slot + j, static_cast<std::uint64_t>(p.tiles_of[j]));
   const std::uint64_t arrive_target = rk.expect(arrive_slot, P);
   const std::uint64_t rdone_target = rk.expect(rdone_slot, p.mine.size());
   const std::uint64_t gather_target = rk.expect(gather_slot, P);
@@ -163,20 +104,20 @@ void run_scale_out(Rank& rk, const Plan& p) {
     float* stage_f = wg.local_as<float>(stage);
     // A chunk with no tiles (N < P) has no last WG to ship it: announce the empty slice.
     if (wg.wg() == 0)
-      for (int j : remote_first(p.rank, P))
+      for (int j : remote_first(p.me, P))
         if (p.chunks[j].length == 0) wg.signal(j, arrive_slot, SignalOp::add, 1);
     for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
       const int t = p.compute[i];
       const Tile& tile = p.tiles[t];
       const Chunk c = p.chunks[tile.owner];
       float* slice = stage_f + tile.owner * slice_floats;
-      wg.compute("gemv", [&] { partial_tile(p, tile, slice + (tile.n0 - c.offset), c.length); });
+      wg.compute("gemv", [&] { partial_tile(p, a, tile, slice + (tile.n0 - c.offset), c.length); });
       // The WG that completes a slice (the done-mask reaches its target) ships it whole.
       if (wg.add_local(done_slot + tile.owner, 1) == done_target[tile.owner])
-        wg.put_signal(tile.owner, slices, p.rank * slice_floats * 4, slice,
+        wg.put_signal(tile.owner, slices, p.me * slice_floats * 4, slice,
                       static_cast<std::size_t>(p.m * c.length) * 4, arrive_slot, SignalOp::add, 1);
     }
-    const Chunk mine = p.chunks[p.rank];
+    const Chunk mine = p.chunks[p.me];
     for (std::size_t i = wg.wg(); i < p.mine.size(); i += grid) {
       const Tile& tile = p.tiles[p.mine[i]];
       co_await wg.wait_until(arrive_slot, Cmp::ge, arrive_target);
@@ -195,15 +136,15 @@ void run_scale_out(Rank& rk, const Plan& p) {
         }
       });
       if (wg.add_local(rdone_slot, 1) == rdone_target)
-        for (int q : remote_first(p.rank, P))
-          wg.put_signal(q, gathered, p.rank * slice_floats * 4, out,
+        for (int q : remote_first(p.me, P))
+          wg.put_signal(q, gathered, p.me * slice_floats * 4, out,
                         static_cast<std::size_t>(p.m * mine.length) * 4, gather_slot, SignalOp::add,
                         1);
     }
     // An owner with an empty chunk still owes every rank its (empty) slice.
     if (p.mine.empty() && wg.wg() == 0) {
       co_await wg.wait_until(arrive_slot, Cmp::ge, arrive_target);
-      for (int q : remote_first(p.rank, P)) wg.signal(q, gather_slot, SignalOp::add, 1);
+      for (int q : remote_first(p.me, P)) wg.signal(q, gather_slot, SignalOp::add, 1);
     }
     co_await wg.wait_until(gather_slot, Cmp::ge, gather_target);
     for (int j = wg.wg(); j < P; j += grid) {
@@ -211,13 +152,13 @@ void run_scale_out(Rank& rk, const Plan& p) {
       const float* g = wg.read_as<float>(gathered, j * slice_floats, p.m * c.length);
       for (std::int64_t r = 0; r < p.m; ++r)
         if (c.length > 0)
-          std::memcpy(p.y[p.rank] + r * p.ldy[p.rank] + c.offset, g + r * c.length, c.length * 4);
+          std::memcpy(ys.y[p.me] + r * ys.ld[p.me] + c.offset, g + r * c.length, c.length * 4);
     }
     co_return;
   });
 }
 
-void run_unfused(Rank& rk, const Plan& p) {
+void run_unfused(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys& ys) {
   std::vector<float> partial(static_cast<std::size_t>(p.m * p.n));
   std::vector<int> order(p.tiles.size());
   for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
@@ -225,10 +166,7 @@ void run_unfused(Rank& rk, const Plan& p) {
   rk.launch("gemv", grid, [&](WgContext& wg) -> WgTask {
     for (std::size_t i = wg.wg(); i < order.size(); i += grid) {
       const Tile& t = p.tiles[order[i]];
-      wg.compute("gemv", [&] {
-        detail::gemv_rows(p.w + t.n0 * p.ldw, p.ldw, p.x, p.ldx, p.m, p.k, 0, t.n1 - t.n0,
-                          partial.data() + t.n0, p.n);
-      });
+      wg.compute("gemv", [&] { partial_tile(p, a, t, partial.data() + t.n0, p.n); });
     }
     co_return;
   });
@@ -242,7 +180,7 @@ void run_unfused(Rank& rk, const Plan& p) {
   ar.algo = AllReduceAlgo::direct;
   all_reduce(rk, ar);
   for (std::int64_t r = 0; r < p.m; ++r)
-    if (p.n > 0) std::memcpy(p.y[p.rank] + r * p.ldy[p.rank], y.data() + r * p.n, p.n * 4);
+    if (p.n > 0) std::memcpy(ys.y[p.me] + r * ys.ld[p.me], y.data() + r * p.n, p.n * 4);
 }
 
 }  // namespace
@@ -251,12 +189,17 @@ void gemv_allreduce(Rank& rk, const GemvAllReduceArgs& args, Mode mode) {
   detail::check_mode(mode);
   const std::string name = std::string("gemv_allreduce ") + to_string(mode);
   const auto all = enter(rk, name, args);
-  const Plan plan = make_plan(rk, args, all);
+  const Plan plan(args, rk.rank(), rk.size());
+  Ys ys;
+  for (const auto* a : all) {
+    ys.y.push_back(static_cast<float*>(a->y.data()));
+    ys.ld.push_back(a->y.stride(0));
+  }
   leave_args(rk, name);
   switch (mode) {
-    case Mode::scale_up: run_scale_up(rk, plan); break;
-    case Mode::scale_out: run_scale_out(rk, plan); break;
-    case Mode::unfused: run_unfused(rk, plan); break;
+    case Mode::scale_up: run_scale_up(rk, plan, args, ys); break;
+    case Mode::scale_out: run_scale_out(rk, plan, args, ys); break;
+    case Mode::unfused: run_unfused(rk, plan, args, ys); break;
   }
   rk.set_activity("returned from " + name);
 }

@@ -1,5 +1,6 @@
 // EmbeddingAllToAll on MPI (docs/semantics.md, "EmbeddingAllToAll"; the kernels follow
-// emu/embedding_alltoall.cpp). A tile is (local table, block of up to kBagBlock samples of ONE
+// emu/embedding_alltoall.cpp). The plan (tiles, order, counts, layouts) is
+// detail/embedding_plan.hpp's; this file says how rows move and how completion is observed. A tile is (local table, block of up to kBagBlock samples of ONE
 // destination's batch range); every pooled element comes from the shared kernel
 // `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling or the mode.
 //
@@ -31,85 +32,18 @@
 #include <cstring>
 #include <vector>
 
-#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/embedding_plan.hpp"
 #include "mpi/ops.hpp"
 
 namespace fusedcoll::mpi {
 namespace {
 
-constexpr std::int64_t kBagBlock = 16;
-
-struct Tile {
-  int q = 0;
-  int k = 0;
-  std::int64_t i0 = 0, i1 = 0;
-};
-
-struct Plan {
-  int P = 1, me = 0;
-  std::int64_t T = 0, D = 0;
-  PoolingMode pooling = PoolingMode::sum;
-  std::vector<std::int64_t> batch, start, tp, tables_before;
-  std::vector<std::vector<std::int64_t>> ids;  // [P][T_p]: global id of each rank's k-th table
-
-  Plan(const EmbeddingAllToAllArgs& a, int rank, int size)
-      : P(size),
-        me(rank),
-        T(static_cast<std::int64_t>(a.owner.size())),
-        D(a.dim),
-        pooling(a.pooling),
-        batch(a.batch_sizes),
-        start(size + 1, 0),
-        tp(size, 0),
-        tables_before(size + 1, 0),
-        ids(size) {
-    for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
-    for (std::int64_t t = 0; t < T; ++t) {
-      ++tp[a.owner[t]];
-      ids[a.owner[t]].push_back(t);
-    }
-    for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
-  }
-  std::int64_t global_batch() const { return start[P]; }
-  std::int64_t tiles(int p, int q) const { return tp[p] * ceil_div(batch[q], kBagBlock); }
-  std::int64_t slice_floats(int p, int q) const { return batch[q] * tp[p] * D; }
-  std::int64_t recv_offset(int p, int q) const { return batch[q] * tables_before[p] * D; }
-  std::int64_t stage_floats() const {
-    return global_batch() * *std::max_element(tp.begin(), tp.end()) * D;
-  }
-  std::int64_t recv_floats() const { return *std::max_element(batch.begin(), batch.end()) * T * D; }
-  std::vector<Tile> fused_tiles() const {
-    std::vector<Tile> out;
-    for (int k = 0; k < static_cast<int>(tp[me]); ++k)
-      for (int q : remote_first(me, P))
-        for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
-          out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
-    return out;
-  }
-};
+using namespace fusedcoll::detail::embedding;  // Plan, Tile, kBagBlock, pool
 
 struct Out {
   float* data = nullptr;
   std::int64_t s0 = 0, s1 = 0;
 };
-
-void pool(const EmbeddingTableShard& sh, std::int64_t dim, PoolingMode mode, std::int64_t b0,
-          std::int64_t b1, float* out, std::int64_t out_stride) {
-  if (dim == 0 || b1 <= b0) return;
-  const auto* table = static_cast<const float*>(sh.weights.data());
-  const auto* weights = static_cast<const float*>(sh.per_sample_weights.data());
-  if (sh.offsets.dtype() == DType::i64) {
-    detail::embedding_bag_rows(table, sh.weights.stride(0), dim,
-                               static_cast<const std::int64_t*>(sh.offsets.data()),
-                               static_cast<const std::int64_t*>(sh.indices.data()), weights, mode,
-                               b0, b1, out, out_stride);
-  } else {
-    detail::embedding_bag_rows(table, sh.weights.stride(0), dim,
-                               static_cast<const std::int32_t*>(sh.offsets.data()),
-                               static_cast<const std::int32_t*>(sh.indices.data()), weights, mode,
-                               b0, b1, out, out_stride);
-  }
-}
 
 /// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
 void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
@@ -150,7 +84,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
                mine.s0);
         continue;
       }
-      float* rows = stage + (pl.start[tl.q] * tpm + tl.i0 * tpm + tl.k) * D;  // row stride tpm*D
+      float* rows = stage + pl.stage_offset(tl.q) + (tl.i0 * tpm + tl.k) * D;  // row stride tpm*D
       pool(shards[tl.k], D, pl.pooling, b0, b1, rows, tpm * D);
       const Landing& to = land[static_cast<std::size_t>(tl.q)];
       for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r) {
@@ -215,7 +149,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
                mine.data + tl.i0 * mine.s0 + pl.ids[me][tl.k] * mine.s1, mine.s0);
         continue;
       }
-      float* slice = stage + pl.start[tl.q] * tpm * D;  // [B_q, T_me, D]
+      float* slice = stage + pl.stage_offset(tl.q);  // [B_q, T_me, D]
       pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
       // acq_rel: the last workgroup must see every other workgroup's rows before it puts them.
       if (done[tl.q].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.q)) {
@@ -236,7 +170,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
 void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableShard>& shards,
                  const Out& mine) {
   const int P = pl.P, me = pl.me;
-  const std::int64_t D = pl.D, tpm = pl.tp[me], B = pl.global_batch();
+  const std::int64_t D = pl.D, tpm = pl.tp[me];
   // The pooled blocks and the receive area live in the runtime's data area, as a user would keep
   // them across calls: two fresh 8 MiB vectors per call cost 9 of 24 ms at -e 8M here (page
   // faults and zeroing), the step the unfused times showed between 2 and 8 MiB. Sizes are agreed
@@ -244,10 +178,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
   const std::size_t recv_at = fbytes(pl.stage_floats());
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   float* local = rt.data_as<float>(0);
-  std::vector<Tile> tiles;
-  for (int k = 0; k < static_cast<int>(tpm); ++k)
-    for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
-      tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
+  const std::vector<Tile> tiles = pl.unfused_tiles();
   const int grid = rt.grid_for(tiles.size());
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
@@ -260,7 +191,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
   // MPI counts are int: this baseline refuses what MPI_Alltoallv cannot express.
   std::vector<int> sc(P), sd(P), rc(P), rd(P);
   for (int q = 0; q < P; ++q) {
-    const std::int64_t v[4] = {pl.slice_floats(me, q), pl.start[q] * tpm * D,
+    const std::int64_t v[4] = {pl.slice_floats(me, q), pl.stage_offset(q),
                                pl.slice_floats(q, me), pl.recv_offset(q, me)};
     for (std::int64_t x : v)
       if (x > INT32_MAX)

@@ -1,7 +1,7 @@
 // GemvAllReduce on MPI: the row-parallel GEMV fused with a direct AllReduce (reduce-scatter by
 // owner chunk `chunk_of(N, P, j)`, then all-gather), as in emu/gemv_allreduce.cpp. Partials are
 // folded in rank order once all P are present, never in arrival order, so every mode gives ref/'s
-// bits.
+// bits. Chunks, tiles, their order and the slice size S are detail/gemv_plan.hpp's.
 //
 // Window layout (floats, S = m * max chunk length):
 //   inbox  [P][S]  owner side: slot p holds rank p's partial of this rank's chunk, [m, n_me]
@@ -26,59 +26,13 @@
 #include <cstring>
 #include <vector>
 
-#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/gemv_plan.hpp"
 #include "mpi/ops.hpp"
 
 namespace fusedcoll::mpi {
 namespace {
 
-constexpr std::int64_t kTileN = 64;
-
-struct Tile {
-  int owner;
-  std::int64_t n0, n1;
-};
-
-struct Plan {
-  int me = 0, P = 1;
-  std::int64_t m = 0, n = 0, k = 0, S = 0;
-  std::vector<Chunk> chunks;
-  std::vector<Tile> compute;           // remote owners first, own chunk last
-  std::vector<std::int64_t> tiles_of;  // [P]: tiles of owner j's chunk
-  const float* w = nullptr;
-  const float* x = nullptr;
-  std::int64_t ldw = 0, ldx = 0;
-
-  Plan(const GemvAllReduceArgs& a, int rank, int size)
-      : me(rank),
-        P(size),
-        m(a.m),
-        n(a.n),
-        k(a.k_splits[rank]),
-        tiles_of(size, 0),
-        w(static_cast<const float*>(a.w.data())),
-        x(static_cast<const float*>(a.x.data())),
-        ldw(a.w.stride(0)),
-        ldx(a.x.stride(0)) {
-    std::int64_t most = 0;
-    for (int j = 0; j < P; ++j) {
-      chunks.push_back(chunk_of(n, P, j));
-      most = std::max(most, chunks[j].length);
-      tiles_of[j] = ceil_div(chunks[j].length, kTileN);
-    }
-    S = m * most;
-    for (int j : remote_first(me, P))
-      for (std::int64_t c = 0; c < chunks[j].length; c += kTileN)
-        compute.push_back(
-            {j, chunks[j].offset + c, chunks[j].offset + std::min(c + kTileN, chunks[j].length)});
-  }
-  /// The partial of tile `t` into `out` (row stride `ld`), from this rank's K range.
-  void partial(const Tile& t, float* out, std::int64_t ld) const {
-    detail::gemv_rows(w + t.n0 * ldw, ldw, x, ldx, m, k, 0, t.n1 - t.n0, out, ld);
-  }
-  /// Where tile `t` starts inside a [m, n_owner] slab.
-  std::int64_t in_slab(const Tile& t) const { return t.n0 - chunks[t.owner].offset; }
-};
+using namespace fusedcoll::detail::gemv;  // Plan, Tile, kTileN, partial_tile
 
 /// Copies the reduced chunks [m, n_j] of `slabs` (slab j at j * stride floats) into y.
 void scatter_into_y(Runtime& rt, const Plan& pl, const float* slabs, std::int64_t stride,
@@ -112,24 +66,24 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
     std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(wg); i < pl.compute.size();
          i += static_cast<std::size_t>(grid)) {
-      const Tile& t = pl.compute[i];
+      const Tile& t = pl.tiles[pl.compute[i]];
       const std::int64_t len = pl.chunks[t.owner].length, width = t.n1 - t.n0;
       if (t.owner == me) {
-        pl.partial(t, inbox + me * S + pl.in_slab(t), len);
+        partial_tile(pl, a, t, inbox + me * S + pl.in_slice(t), len);
         continue;
       }
       if (mode == Mode::scale_up) {
         // The partial goes to the staging slice, untouched until the call ends, so its puts need
         // no completion before the next tile.
-        float* rows = stage + t.owner * S + pl.in_slab(t);  // row stride len
-        pl.partial(t, rows, len);
+        float* rows = stage + t.owner * S + pl.in_slice(t);  // row stride len
+        partial_tile(pl, a, t, rows, len);
         for (std::int64_t r = 0; r < pl.m; ++r)
-          rt.put(t.owner, inbox_at + fbytes(me * S + r * len + pl.in_slab(t)), rows + r * len,
+          rt.put(t.owner, inbox_at + fbytes(me * S + r * len + pl.in_slice(t)), rows + r * len,
                  fbytes(width));
         ++sent[static_cast<std::size_t>(t.owner)];
       } else {
         float* slice = stage + t.owner * S;
-        pl.partial(t, slice + pl.in_slab(t), len);
+        partial_tile(pl, a, t, slice + pl.in_slice(t), len);
         if (done[t.owner].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles_of[t.owner]) {
           rt.put(t.owner, inbox_at + fbytes(me * S), slice, fbytes(pl.m * len));
           rt.signal(t.owner, in + me);
@@ -171,21 +125,19 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
   // The partial [m, N] as owner-major slabs [m, n_j]: owner j's block is contiguous.
   // Scratch in the runtime's data area, reused across calls (fresh vectors cost page faults and
   // zeroing every call; see embedding_alltoall.cpp). Agreed sizes: reserve is collective.
-  std::int64_t most = 0;
-  for (const Chunk& c : pl.chunks) most = std::max(most, c.length);
+  const std::int64_t most = pl.max_chunk;
   const std::size_t inbox_at = fbytes(pl.m * pl.n), reduced_at = inbox_at + fbytes(P * pl.m * most);
   rt.reserve(reduced_at + fbytes(pl.m * most));
   float* partial = rt.data_as<float>(0);
   float* inbox = rt.data_as<float>(inbox_at);
   float* reduced = rt.data_as<float>(reduced_at);
-  std::vector<Tile> tiles = pl.compute;
-  const int grid = rt.grid_for(tiles.size());
+  const int grid = rt.grid_for(pl.compute.size());
   rt.launch(grid, [&](int wg) {
-    for (std::size_t i = static_cast<std::size_t>(wg); i < tiles.size();
+    for (std::size_t i = static_cast<std::size_t>(wg); i < pl.compute.size();
          i += static_cast<std::size_t>(grid)) {
-      const Tile& t = tiles[i];
+      const Tile& t = pl.tiles[pl.compute[i]];
       const Chunk c = pl.chunks[t.owner];
-      pl.partial(t, partial + pl.m * c.offset + pl.in_slab(t), c.length);
+      partial_tile(pl, a, t, partial + pl.m * c.offset + pl.in_slice(t), c.length);
     }
   });
   const std::int64_t n_me = pl.chunks[me].length;
