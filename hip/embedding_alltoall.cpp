@@ -1,8 +1,9 @@
 // EmbeddingAllToAll on the GPU: the emulator's kernels (emu/embedding_alltoall.cpp), ported
-// tile for tile. A tile is (local table k, up to kBagBlock samples of ONE destination q's batch
-// range); a block pools it with every output element (sample, d) on its own thread, folding the
-// bag in increasing j with separately rounded products and sums, exactly ref/'s order, so the GPU
-// gives ref/'s bits here, not only a tolerance.
+// tile for tile over the same plan (detail/embedding_plan.hpp), flattened into device arrays. A
+// tile is (local table k, up to kBagBlock samples of ONE destination q's batch range); a block
+// pools it with every output element (sample, d) on its own thread, folding the bag in increasing
+// j with separately rounded products and sums, exactly ref/'s order, so the GPU gives ref/'s bits
+// here, not only a tolerance.
 //
 // - scale_up : pool straight into q's output (a plain device pointer: every rank's buffers live on
 //              this GPU), then bump 'emb.from'[me] on q. Block 0 of each rank waits for every
@@ -18,14 +19,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusedcoll/detail/embedding_plan.hpp"
 #include "hip/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {
 
-constexpr std::int64_t kBagBlock = 16;
-
-std::int64_t blocks_of(std::int64_t n) { return (n + kBagBlock - 1) / kBagBlock; }
+namespace plan = fusedcoll::detail::embedding;
 
 struct EmbTable {
   const float* w;             // [rows, D], packed
@@ -34,12 +34,9 @@ struct EmbTable {
   const float* psw;           // per-sample weights or null
 };
 
-/// Local table `k`, samples [i0, i1) of destination q's batch range (unfused: of the global batch).
-struct EmbTile {
-  int q;
-  int k;
-  std::int64_t i0, i1;
-};
+/// Local table `k`, samples [i0, i1) of destination q's batch range (unfused: of the global batch):
+/// the plan's tile, copied to the device as is.
+using EmbTile = plan::Tile;
 
 struct EmbRank {
   const EmbTable* tables;  // [T_me]
@@ -178,16 +175,14 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   const EmbeddingAllToAllArgs& a0 = all[0];
   const std::int64_t T = static_cast<std::int64_t>(a0.owner.size()), D = a0.dim;
 
-  std::vector<std::int64_t> batch = a0.batch_sizes, start(P + 1, 0), tp(P, 0),
-                            tables_before(P + 1, 0), ids, local_k(T, 0);
-  for (int q = 0; q < P; ++q) start[q + 1] = start[q] + batch[q];
-  for (std::int64_t t = 0; t < T; ++t) local_k[t] = tp[a0.owner[t]]++;
-  for (int p = 0; p < P; ++p) tables_before[p + 1] = tables_before[p] + tp[p];
-  ids.resize(static_cast<std::size_t>(T));
-  for (std::int64_t t = 0; t < T; ++t) ids[tables_before[a0.owner[t]] + local_k[t]] = t;
-  const std::int64_t B = start[P];
-  const std::int64_t max_tp = *std::max_element(tp.begin(), tp.end());
-  auto tiles_between = [&](int p, int q) { return tp[p] * blocks_of(batch[q]); };
+  // The plan's global parts (layouts, counts) are the same for every rank; its tile list is
+  // rank me's own, so each rank's list comes from its own plan.
+  const plan::Plan pl(a0, 0, P);
+  const std::vector<std::int64_t>& batch = pl.batch;
+  std::vector<std::int64_t> ids;  // p's k-th table at ids[tables_before[p] + k]
+  for (const std::vector<std::int64_t>& of : pl.ids) ids.insert(ids.end(), of.begin(), of.end());
+  const std::int64_t max_b = *std::max_element(batch.begin(), batch.end());
+  const std::int64_t max_tp = *std::max_element(pl.tp.begin(), pl.tp.end());
 
   Arena arena;
   std::vector<EmbRank> ranks(P);
@@ -206,26 +201,18 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     }
     ranks[r].tables = arena.upload(tables);
     ranks[r].out = arena.alloc_poisoned(batch[r] * T * D);
-    ranks[r].stage = arena.alloc<float>(B * max_tp * D);
+    ranks[r].stage = arena.alloc<float>(pl.stage_floats());
     ranks[r].recv = arena.alloc<float>(batch[r] * T * D);
   }
 
-  // Tiles: fused ones table by table, destinations remote-first within a table (the emulator's
-  // order, which keeps a block on one table's rows); unfused ones over the global batch.
+  // Tiles, rank-major: the fused list or the unfused pooling list of each rank's plan.
   std::vector<EmbTile> tiles;
   std::vector<std::int64_t> tile_begin(P + 1, 0);
   std::int64_t most = 0;
   for (int me = 0; me < P; ++me) {
-    for (int k = 0; k < static_cast<int>(tp[me]); ++k) {
-      if (mode == Mode::unfused) {
-        for (std::int64_t b0 = 0; b0 < B; b0 += kBagBlock)
-          tiles.push_back({0, k, b0, std::min(b0 + kBagBlock, B)});
-      } else {
-        for (int q : remote_first(me, P))
-          for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
-            tiles.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
-      }
-    }
+    const plan::Plan mine(a0, me, P);
+    const std::vector<EmbTile> of = mode == Mode::unfused ? mine.unfused_tiles() : mine.fused_tiles();
+    tiles.insert(tiles.end(), of.begin(), of.end());
     tile_begin[me + 1] = static_cast<std::int64_t>(tiles.size());
     most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
   }
@@ -236,12 +223,12 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   p.D = D;
   p.mean = a0.pooling == PoolingMode::mean ? 1 : 0;
   p.batch = arena.upload(batch);
-  p.start = arena.upload(start);
-  p.tp = arena.upload(tp);
-  p.tables_before = arena.upload(tables_before);
+  p.start = arena.upload(pl.start);
+  p.tp = arena.upload(pl.tp);
+  p.tables_before = arena.upload(pl.tables_before);
   p.ids = arena.upload(ids);
-  p.owner = arena.upload(a0.owner);
-  p.local_k = arena.upload(local_k);
+  p.owner = arena.upload(pl.owner);
+  p.local_k = arena.upload(pl.local_k);
   p.ranks = arena.upload(ranks);
   p.tiles = arena.upload(tiles);
   p.tile_begin = arena.upload(tile_begin);
@@ -253,16 +240,16 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     p.from = ctx.slots("emb.from", P);
     for (int me = 0; me < P; ++me)
       for (int src = 0; src < P; ++src)
-        wait_target[me * P + src] = ctx.expect(me, p.from + src, tiles_between(src, me));
+        wait_target[me * P + src] = ctx.expect(me, p.from + src, pl.tiles(src, me));
   } else if (mode == Mode::scale_out) {
     p.done = ctx.slots("emb.done", P);
     p.arrive = ctx.slots("emb.arrive", P);
     for (int me = 0; me < P; ++me)
       for (int o = 0; o < P; ++o) {
         if (o == me) continue;
-        done_target[me * P + o] = ctx.expect(me, p.done + o, tiles_between(me, o));
+        done_target[me * P + o] = ctx.expect(me, p.done + o, pl.tiles(me, o));
         // A source sends a slice (one signal) exactly when it has tiles for us.
-        wait_target[me * P + o] = ctx.expect(me, p.arrive + o, tiles_between(o, me) > 0 ? 1 : 0);
+        wait_target[me * P + o] = ctx.expect(me, p.arrive + o, pl.tiles(o, me) > 0 ? 1 : 0);
       }
   }
   p.wait_target = arena.upload(wait_target);
@@ -275,13 +262,13 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     emb_scale_up<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
   } else if (mode == Mode::scale_out) {
     // Every block unpacks received slices too, so size for both phases.
-    const int g = ctx.blocks_per_rank(emb_scale_out, std::max(most, *std::max_element(batch.begin(), batch.end()) * max_tp));
+    const int g = ctx.blocks_per_rank(emb_scale_out, std::max(most, max_b * max_tp));
     emb_scale_out<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
   } else {
     const int g1 = ctx.blocks_per_rank(emb_pool, most);
     emb_pool<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    const int g2 = ctx.blocks_per_rank(emb_gather, *std::max_element(batch.begin(), batch.end()) * T);
+    const int g2 = ctx.blocks_per_rank(emb_gather, max_b * T);
     emb_gather<<<dim3(g2, P), threads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();

@@ -1,8 +1,9 @@
-// GemmAllToAll on the GPU: the emulator's kernels (emu/gemm_alltoall.cpp) ported tile for tile. A
-// tile is (local expert j, source s, up to kRowBlock of the c[s][e] rows s routed to e, up to
-// kColBlock columns). A block computes it with one thread per output element folding all of K in
-// increasing k, products and sums rounded separately (ref/'s order; A and W pass through shared
-// memory in chunks of kChunkK only to coalesce the loads), so the bits are ref/'s.
+// GemmAllToAll on the GPU: the emulator's kernels (emu/gemm_alltoall.cpp) ported tile for tile
+// over the same plan (detail/gemm_plan.hpp), flattened into device arrays. A tile is (local expert
+// j, source s, up to kRowBlock of the c[s][e] rows s routed to e, up to kColBlock columns). A block
+// computes it with one thread per output element folding all of K in increasing k, products and
+// sums rounded separately (ref/'s order; A and W pass through shared memory in chunks of kChunkK
+// only to coalesce the loads), so the bits are ref/'s.
 //
 // - scale_up : the tile goes straight into its final rows of s's output (plain device pointer),
 //              then 'gemm.from'[me] on s is bumped; block 0 of each rank waits for every host.
@@ -18,17 +19,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusedcoll/detail/gemm_plan.hpp"
 #include "hip/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {
 
-constexpr int kRowBlock = 16;
-constexpr int kColBlock = 64;
+namespace plan = fusedcoll::detail::gemm;
+
+// int: the device index arithmetic.
+constexpr int kRowBlock = static_cast<int>(plan::kRowBlock);
+constexpr int kColBlock = static_cast<int>(plan::kColBlock);
 constexpr int kChunkK = 32;
 static_assert(kRowBlock * kColBlock == 4 * kThreads, "a thread holds 4 outputs of a tile");
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 struct GemmExpert {
   const float* a;  // [sum_s c[s][e], K] packed
@@ -192,56 +195,39 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   const std::string op = std::string("gemm_alltoall ") + to_string(mode);
   ctx.begin_call(op);
   const GemmAllToAllArgs& g = all[0];
-  const std::int64_t E = static_cast<std::int64_t>(g.host.size()), K = g.k, N = g.n;
-  auto c = [&](int s, std::int64_t e) { return g.counts[static_cast<std::size_t>(s * E + e)]; };
+  const std::int64_t K = g.k, N = g.n;
 
-  // The emulator's plan (emu/gemm_alltoall.cpp), identical on every rank.
-  std::vector<std::vector<int>> experts_of(P);
-  std::vector<std::vector<std::int64_t>> a0(P, std::vector<std::int64_t>(E, 0)),
-      o0(P, std::vector<std::int64_t>(E, 0)), so(P, std::vector<std::int64_t>(E, 0));
-  std::vector<std::int64_t> rows(P * P, 0), stage_at(P * P, 0), recv_at(P * P, 0), ntiles(P * P, 0);
-  for (std::int64_t e = 0; e < E; ++e) experts_of[g.host[e]].push_back(static_cast<int>(e));
-  for (int s = 0; s < P; ++s) {
-    std::int64_t o = 0;
-    for (std::int64_t e = 0; e < E; ++e) {
-      if (s + 1 < P) a0[s + 1][e] = a0[s][e] + c(s, e);
-      o0[s][e] = o;
-      o += c(s, e);
-      const int h = g.host[e];
-      so[s][e] = rows[h * P + s];
-      rows[h * P + s] += c(s, e);
-    }
-  }
+  // The plan's offsets and counts are the same for every rank; its tiles are rank me's, so each
+  // rank's come from its own plan. Device tiles carry their rows' offsets resolved.
+  const plan::Plan pl(g, 0, P);
+  auto flat = [&](const std::vector<std::vector<std::int64_t>>& v) {  // [h][s] -> h * P + s
+    std::vector<std::int64_t> out;
+    for (const auto& row : v) out.insert(out.end(), row.begin(), row.end());
+    return out;
+  };
+  const std::vector<std::int64_t> rows = flat(pl.rows), stage_at = flat(pl.stage_at),
+                                  recv_at = flat(pl.recv_at);
+  std::vector<std::int64_t> ntiles(P * P, 0);
   for (int h = 0; h < P; ++h)
-    for (int s = 1; s < P; ++s) stage_at[h * P + s] = stage_at[h * P + s - 1] + rows[h * P + s - 1];
-  for (int s = 0; s < P; ++s)
-    for (int h = 1; h < P; ++h) recv_at[h * P + s] = recv_at[(h - 1) * P + s] + rows[(h - 1) * P + s];
-  for (int h = 0; h < P; ++h)
-    for (int s = 0; s < P; ++s) {
-      std::int64_t n = 0;
-      for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
-      ntiles[h * P + s] = n * ceil_div(N, kColBlock);
-    }
+    for (int s = 0; s < P; ++s) ntiles[h * P + s] = pl.tiles(h, s);
 
-  // Tiles: fused ones expert by expert, sources remote-first within an expert; unfused ones
-  // expert by expert, sources in rank order.
+  // Tiles: fused ones in the plan's order; unfused ones expert by expert, sources in rank order.
   std::vector<GemmTile> tiles;
   std::vector<std::int64_t> tile_begin(P + 1, 0);
   std::int64_t most = 0;
   for (int me = 0; me < P; ++me) {
-    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) {
-      const int e = experts_of[me][j];
-      const std::vector<int> sources = mode == Mode::unfused ? [&] {
-        std::vector<int> v(P);
-        for (int s = 0; s < P; ++s) v[s] = s;
-        return v;
-      }() : remote_first(me, P);
-      for (int s : sources)
-        for (std::int64_t r0 = 0; r0 < c(s, e); r0 += kRowBlock)
-          for (std::int64_t n0 = 0; n0 < N; n0 += kColBlock)
-            tiles.push_back({s, j, a0[s][e] + r0, std::min<std::int64_t>(kRowBlock, c(s, e) - r0),
-                             n0, std::min<std::int64_t>(kColBlock, N - n0), o0[s][e] + r0,
-                             so[s][e] + r0});
+    const plan::Plan mine(g, me, P);
+    std::vector<plan::Tile> of;
+    if (mode == Mode::unfused) {
+      for (int j = 0; j < static_cast<int>(mine.experts_of[me].size()); ++j)
+        for (int s = 0; s < P; ++s) mine.add_tiles(s, j, of);
+    } else {
+      of = mine.fused_tiles();
+    }
+    for (const plan::Tile& t : of) {
+      const int e = mine.experts_of[me][t.j];
+      tiles.push_back({t.s, t.j, pl.a0[t.s][e] + t.r0, t.r1 - t.r0, t.n0, t.n1 - t.n0,
+                       pl.o0[t.s][e] + t.r0, pl.so[t.s][e] + t.r0});
     }
     tile_begin[me + 1] = static_cast<std::int64_t>(tiles.size());
     most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
@@ -254,19 +240,17 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   std::int64_t most_rows = 0;
   for (int me = 0; me < P; ++me)
     for (int h = 0; h < P; ++h) {
-      for (int e : experts_of[h]) {
+      for (int e : pl.experts_of[h]) {
         const std::int64_t base = mode == Mode::unfused ? stage_at[h * P + me] : recv_at[h * P + me];
-        if (c(me, e) > 0) runs.push_back({base + so[me][e], o0[me][e], c(me, e)});
-        most_rows = std::max(most_rows, c(me, e));
+        if (pl.c(me, e) > 0) runs.push_back({base + pl.so[me][e], pl.o0[me][e], pl.c(me, e)});
+        most_rows = std::max(most_rows, pl.c(me, e));
       }
       run_begin[me * P + h + 1] = static_cast<std::int64_t>(runs.size());
     }
 
   Arena arena;
   std::vector<GemmRank> ranks(P);
-  std::int64_t stage_rows = 0, recv_rows = 0;
-  for (int h = 0; h < P; ++h) stage_rows = std::max(stage_rows, stage_at[h * P + P - 1] + rows[h * P + P - 1]);
-  for (int s = 0; s < P; ++s) recv_rows = std::max(recv_rows, recv_at[(P - 1) * P + s] + rows[(P - 1) * P + s]);
+  const std::int64_t stage_rows = pl.stage_rows(), recv_rows = pl.recv_rows();
   std::vector<std::int64_t> out_rows(P, 0);
   for (int r = 0; r < P; ++r) {
     out_rows[r] = output_rows(all[r], r);

@@ -1,5 +1,6 @@
-// GemvAllReduce on the GPU: the emulator's kernels (emu/gemv_allreduce.cpp) ported tile for tile.
-// Output columns are split into owner chunks chunk_of(N, P, j), each into tiles of kTileN columns.
+// GemvAllReduce on the GPU: the emulator's kernels (emu/gemv_allreduce.cpp) ported tile for tile
+// over the same plan (detail/gemv_plan.hpp), flattened into device arrays. Output columns are
+// split into owner chunks chunk_of(N, P, j), each into tiles of kTileN columns.
 // A block computes a tile's partial with one thread per output element (m, n), each folding its
 // whole K range in increasing k with separately rounded products and sums (ref/'s order; W and x
 // pass through shared memory in chunks of kChunkK only to coalesce the loads), and owners fold the
@@ -20,20 +21,20 @@
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/detail/gemv_plan.hpp"
 #include "hip/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {
 
-constexpr int kTileN = 64;
+namespace plan = fusedcoll::detail::gemv;
+
+constexpr int kTileN = static_cast<int>(plan::kTileN);  // int: the device index arithmetic
 constexpr int kChunkK = 64;
 constexpr int kMaxRows = 16;  // kMaxGemvRows
 static_assert(kMaxRows * kTileN <= 4 * kThreads, "a thread holds at most 4 outputs of a tile");
 
-struct GemvTile {
-  int owner;
-  std::int64_t n0, n1;
-};
+using GemvTile = plan::Tile;  // the plan's tile, copied to the device as is
 
 struct GemvRank {
   const float* w;    // [N, k] packed
@@ -224,28 +225,24 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
   ctx.begin_call(op);
   const std::int64_t M = all[0].m, N = all[0].n;
 
-  std::vector<GemvTile> tiles;
+  // The plan's tiles, chunks and slice size are the same for every rank; its tile order and own
+  // tiles are rank me's, so each rank's come from its own plan.
+  const plan::Plan pl(all[0], 0, P);
+  const std::vector<GemvTile>& tiles = pl.tiles;
   std::vector<std::int64_t> chunk_off(P), chunk_len(P);
-  std::int64_t max_chunk = 0;
   for (int j = 0; j < P; ++j) {
-    const Chunk c = chunk_of(N, P, j);
-    chunk_off[j] = c.offset;
-    chunk_len[j] = c.length;
-    max_chunk = std::max(max_chunk, c.length);
-    for (std::int64_t n0 = c.offset; n0 < c.offset + c.length; n0 += kTileN)
-      tiles.push_back({j, n0, std::min(n0 + kTileN, c.offset + c.length)});
+    chunk_off[j] = pl.chunks[j].offset;
+    chunk_len[j] = pl.chunks[j].length;
   }
-  const int num_tiles = static_cast<int>(tiles.size());
+  const int num_tiles = pl.num_tiles();
   std::vector<int> compute, mine, mine_begin(P + 1, 0);
   for (int me = 0; me < P; ++me) {
-    for (int owner : remote_first(me, P))
-      for (int t = 0; t < num_tiles; ++t)
-        if (tiles[t].owner == owner) compute.push_back(t);
-    for (int t = 0; t < num_tiles; ++t)
-      if (tiles[t].owner == me) mine.push_back(t);
+    const plan::Plan of(all[me], me, P);
+    compute.insert(compute.end(), of.compute.begin(), of.compute.end());
+    mine.insert(mine.end(), of.mine.begin(), of.mine.end());
     mine_begin[me + 1] = static_cast<int>(mine.size());
   }
-  const std::int64_t sf = M * max_chunk;
+  const std::int64_t sf = pl.S;
 
   Arena arena;
   std::vector<GemvRank> ranks(P);
@@ -299,11 +296,9 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
     p.rdone_slot = ctx.slots("gemv.reduced_done", 1);
     p.gather_slot = ctx.slots("gemv.gathered", 1);
     for (int me = 0; me < P; ++me) {
-      for (int j = 0; j < P; ++j) {
-        std::uint64_t tiles_j = 0;
-        for (const GemvTile& t : tiles) tiles_j += t.owner == j;
-        done_target[me * P + j] = ctx.expect(me, p.done_slot + j, tiles_j);
-      }
+      for (int j = 0; j < P; ++j)
+        done_target[me * P + j] =
+            ctx.expect(me, p.done_slot + j, static_cast<std::uint64_t>(pl.tiles_of[j]));
       arrive_target[me] = ctx.expect(me, p.arrive_slot, P);
       rdone_target[me] = ctx.expect(me, p.rdone_slot, mine_begin[me + 1] - mine_begin[me]);
       gather_target[me] = ctx.expect(me, p.gather_slot, P);

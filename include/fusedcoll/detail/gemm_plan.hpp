@@ -1,10 +1,13 @@
 #pragma once
 /// @file
-/// GemmAllToAll's plan, shared by the CPU backends (emu/, mpi/): tiles and every offset the agreed
-/// arguments determine (docs/semantics.md, "GemmAllToAll"). A tile is (local expert, source rank,
-/// a block of up to kRowBlock of the rows that source routed to the expert, a block of up to
+/// GemmAllToAll's plan, the one schedule every backend runs (emu/, mpi/, hip/, and the
+/// simulators): tiles, their order and every offset the agreed arguments determine
+/// (docs/semantics.md, "GemmAllToAll"), so that every rank knows without being told how many tiles
+/// each host computes for it and where each slice lands. A tile is (local expert, source rank, a
+/// block of up to kRowBlock of the rows that source routed to the expert, a block of up to
 /// kColBlock of the N output columns); tiles split output dimensions only, never K, so every
-/// element is one call of `detail::gemm_tile` and the bits are ref/'s whatever the tiling.
+/// element is one call of `detail::gemm_tile` (or the GPU's port of it) and the bits are ref/'s
+/// whatever the tiling. Backends keep only how a tile's rows move and how completion is observed.
 
 #include <algorithm>
 #include <cstdint>
@@ -75,17 +78,24 @@ struct Plan {
     for (int e : experts_of[h]) n += ceil_div(c(s, e), kRowBlock);
     return n * ceil_div(N, kColBlock);
   }
-  /// Symmetric sizes in bytes, identical on every rank.
-  std::size_t stage_bytes() const {
+  /// Rows of the largest host's staging area (its slices for every source, by source): symmetric
+  /// allocations take the largest so that every rank asks for the same size.
+  std::int64_t stage_rows() const {
     std::int64_t most = 0;
     for (int h = 0; h < P; ++h) most = std::max(most, stage_at[h][P - 1] + rows[h][P - 1]);
-    return static_cast<std::size_t>(most * N) * sizeof(float);
+    return most;
   }
-  std::size_t recv_bytes() const {
+  /// Rows of the largest receive area (every host's slice for one source, by host).
+  std::int64_t recv_rows() const {
     std::int64_t most = 0;
     for (int s = 0; s < P; ++s) most = std::max(most, recv_at[P - 1][s] + rows[P - 1][s]);
-    return static_cast<std::size_t>(most * N) * sizeof(float);
+    return most;
   }
+  /// Symmetric sizes in bytes, identical on every rank.
+  std::size_t stage_bytes() const {
+    return static_cast<std::size_t>(stage_rows() * N) * sizeof(float);
+  }
+  std::size_t recv_bytes() const { return static_cast<std::size_t>(recv_rows() * N) * sizeof(float); }
   /// This rank's tiles of local expert j for source s.
   void add_tiles(int s, int j, std::vector<Tile>& out) const {
     for (std::int64_t r0 = 0; r0 < c(s, experts_of[me][j]); r0 += kRowBlock)
