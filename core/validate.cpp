@@ -13,6 +13,7 @@
 #include "fusedcoll/embedding_alltoall.hpp"
 #include "fusedcoll/gemm_alltoall.hpp"
 #include "fusedcoll/gemv_allreduce.hpp"
+#include "fusedcoll/detail/agreement.hpp"
 #include "fusedcoll/detail/validate.hpp"
 
 namespace fusedcoll {
@@ -203,19 +204,7 @@ Status can_implement(const EmbeddingAllToAllArgs& args, int rank, int world_size
 
 void check_consistent(const EmbeddingAllToAllArgs& a, int rank_a, const EmbeddingAllToAllArgs& b,
                       int rank_b) {
-  FC_ENFORCE_EQ(a.dim, b.dim, "rank ", rank_a, " and rank ", rank_b, " disagree on dim");
-  FC_ENFORCE(a.pooling == b.pooling, "rank ", rank_a, " uses ", to_string(a.pooling),
-             " pooling but rank ", rank_b, " uses ", to_string(b.pooling));
-  FC_ENFORCE_EQ(a.owner.size(), b.owner.size(), "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the number of tables");
-  for (std::size_t t = 0; t < a.owner.size(); ++t)
-    FC_ENFORCE_EQ(a.owner[t], b.owner[t], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on owner[", t, "]");
-  FC_ENFORCE_EQ(a.batch_sizes.size(), b.batch_sizes.size(), "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the number of batch ranges");
-  for (std::size_t q = 0; q < a.batch_sizes.size(); ++q)
-    FC_ENFORCE_EQ(a.batch_sizes[q], b.batch_sizes[q], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on batch_sizes[", q, "]");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 std::int64_t bytes_sent(const EmbeddingAllToAllArgs& args, int rank) {
@@ -249,13 +238,7 @@ Status can_implement(const GemvAllReduceArgs& args, int rank, int world_size) no
 
 void check_consistent(const GemvAllReduceArgs& a, int rank_a, const GemvAllReduceArgs& b,
                       int rank_b) {
-  FC_ENFORCE_EQ(a.m, b.m, "rank ", rank_a, " and rank ", rank_b, " disagree on m");
-  FC_ENFORCE_EQ(a.n, b.n, "rank ", rank_a, " and rank ", rank_b, " disagree on n");
-  FC_ENFORCE_EQ(a.k_splits.size(), b.k_splits.size(), "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the number of k_splits");
-  for (std::size_t p = 0; p < a.k_splits.size(); ++p)
-    FC_ENFORCE_EQ(a.k_splits[p], b.k_splits[p], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on k_splits[", p, "]");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 std::int64_t bytes_sent(const GemvAllReduceArgs& args, int rank) {
@@ -313,18 +296,7 @@ Status can_implement(const GemmAllToAllArgs& args, int rank, int world_size) noe
 
 void check_consistent(const GemmAllToAllArgs& a, int rank_a, const GemmAllToAllArgs& b,
                       int rank_b) {
-  FC_ENFORCE_EQ(a.k, b.k, "rank ", rank_a, " and rank ", rank_b, " disagree on k");
-  FC_ENFORCE_EQ(a.n, b.n, "rank ", rank_a, " and rank ", rank_b, " disagree on n");
-  FC_ENFORCE_EQ(a.host.size(), b.host.size(), "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the number of experts");
-  for (std::size_t e = 0; e < a.host.size(); ++e)
-    FC_ENFORCE_EQ(a.host[e], b.host[e], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on host[", e, "]");
-  FC_ENFORCE_EQ(a.counts.size(), b.counts.size(), "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the size of the routing matrix");
-  for (std::size_t i = 0; i < a.counts.size(); ++i)
-    FC_ENFORCE_EQ(a.counts[i], b.counts[i], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on routing count ", i);
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 std::int64_t output_rows(const GemmAllToAllArgs& args, int rank) {
@@ -416,21 +388,6 @@ void check_wire(const CompressionOptions& wire, DType dtype, const char* op) {
                   " needs f32 data");
 }
 
-void check_same_wire(const CompressionOptions& a, int rank_a, const CompressionOptions& b,
-                     int rank_b, const char* op) {
-  FC_ENFORCE_EQ(a.format, b.format, "rank ", rank_a, " and rank ", rank_b, " disagree on the ",
-                op, " wire format");
-  FC_ENFORCE_EQ(a.overflow, b.overflow, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the ", op, " wire overflow mode");
-  FC_ENFORCE_EQ(a.scaling, b.scaling, "rank ", rank_a, " and rank ", rank_b, " disagree on the ",
-                op, " wire scaling");
-  FC_ENFORCE_EQ(a.block, b.block, "rank ", rank_a, " and rank ", rank_b, " disagree on the ", op,
-                " wire scale block");
-  FC_ENFORCE_EQ(a.pow2_scale, b.pow2_scale, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the ", op, " wire pow2_scale");
-  FC_ENFORCE_EQ(a.predivide, b.predivide, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the ", op, " wire predivide");
-}
 
 }  // namespace
 }  // namespace detail
@@ -560,62 +517,26 @@ Status can_implement(const BroadcastArgs& a, int r, int p) noexcept {
   return detail::status_of([&] { check(a, r, p); });
 }
 
-namespace {
-template <class T>
-void enforce_same(const T& a, const T& b, int rank_a, int rank_b, const char* what) {
-  FC_ENFORCE(a == b, "rank ", rank_a, " and rank ", rank_b, " disagree on ", what);
-}
-}  // namespace
 
 void check_consistent(const AllReduceArgs& a, int rank_a, const AllReduceArgs& b, int rank_b) {
-  FC_ENFORCE_EQ(a.count, b.count, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the AllReduce count");
-  FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the AllReduce dtype");
-  enforce_same(a.op, b.op, rank_a, rank_b, "the AllReduce op");
-  enforce_same(a.algo, b.algo, rank_a, rank_b, "the AllReduce algorithm");
-  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "AllReduce");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 void check_consistent(const AllToAllvArgs& a, int rank_a, const AllToAllvArgs& b, int rank_b) {
-  FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the All-to-All dtype");
-  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "All-to-All");
-  FC_ENFORCE_EQ(a.send_counts[rank_b], b.recv_counts[rank_a], "rank ", rank_a, " sends ",
-                a.send_counts[rank_b], " elements to rank ", rank_b, ", which expects ",
-                b.recv_counts[rank_a]);
-  FC_ENFORCE_EQ(b.send_counts[rank_a], a.recv_counts[rank_b], "rank ", rank_b, " sends ",
-                b.send_counts[rank_a], " elements to rank ", rank_a, ", which expects ",
-                a.recv_counts[rank_b]);
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 void check_consistent(const ReduceScatterArgs& a, int rank_a, const ReduceScatterArgs& b,
                       int rank_b) {
-  FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the ReduceScatter dtype");
-  enforce_same(a.op, b.op, rank_a, rank_b, "the ReduceScatter op");
-  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "ReduceScatter");
-  for (std::size_t q = 0; q < a.recv_counts.size(); ++q)
-    FC_ENFORCE_EQ(a.recv_counts[q], b.recv_counts[q], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on recv_counts[", q, "]");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 void check_consistent(const AllGatherArgs& a, int rank_a, const AllGatherArgs& b, int rank_b) {
-  FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the AllGather dtype");
-  detail::check_same_wire(a.wire, rank_a, b.wire, rank_b, "AllGather");
-  for (std::size_t q = 0; q < a.recv_counts.size(); ++q)
-    FC_ENFORCE_EQ(a.recv_counts[q], b.recv_counts[q], "rank ", rank_a, " and rank ", rank_b,
-                  " disagree on recv_counts[", q, "]");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 void check_consistent(const BroadcastArgs& a, int rank_a, const BroadcastArgs& b, int rank_b) {
-  FC_ENFORCE_EQ(a.count, b.count, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the Broadcast count");
-  FC_ENFORCE_EQ(a.dtype, b.dtype, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the Broadcast dtype");
-  FC_ENFORCE_EQ(a.root, b.root, "rank ", rank_a, " and rank ", rank_b,
-                " disagree on the Broadcast root");
+  detail::check_agreement(a, rank_a, b, rank_b);
 }
 
 }  // namespace fusedcoll

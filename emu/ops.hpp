@@ -43,8 +43,7 @@ std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args
   for (const void* p : raw) all.push_back(static_cast<const Args*>(p));
   std::exception_ptr mismatch;
   try {
-    for (int a = 0; a < rk.size(); ++a)
-      for (int b = a + 1; b < rk.size(); ++b) check_consistent(*all[a], a, *all[b], b);
+    detail::check_all_agree(rk.size(), [&](int r) -> const Args& { return *all[r]; });
   } catch (...) {
     mismatch = std::current_exception();
   }

@@ -22,8 +22,7 @@ template <class Args>
 void check_world(std::span<const Args> all, int world_size) {
   FC_ENFORCE_EQ(static_cast<int>(all.size()), world_size, "one call per rank of the world");
   for (int r = 0; r < world_size; ++r) check(all[r], r, world_size);
-  for (int a = 0; a < world_size; ++a)
-    for (int b = a + 1; b < world_size; ++b) check_consistent(all[a], a, all[b], b);
+  detail::check_all_agree(world_size, [&](int r) -> const Args& { return all[r]; });
 }
 
 #if defined(FC_GPU_HIP) || defined(FC_GPU_CUDA)

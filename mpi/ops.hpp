@@ -4,8 +4,8 @@
 // `check_consistent` on every pair, so that a bad or mismatched call is reported on every rank
 // before any data moves (docs/semantics.md, "Cross-rank agreement").
 //
-// Adding a global field to an Args struct (e.g. compression options) means adding it to that
-// struct's `encode`/`decode` pair in agree.cpp, and nothing else here.
+// Which fields are global is said once, in detail/agreement.hpp; it drives both the encoding
+// here (agree.cpp) and `check_consistent`.
 
 #include <algorithm>
 #include <cstdint>
@@ -72,23 +72,13 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// The global fields of each call (agree.cpp). `decode` fills only those fields.
-void encode(Record& r, const EmbeddingAllToAllArgs& a);
-void encode(Record& r, const GemvAllReduceArgs& a);
-void encode(Record& r, const GemmAllToAllArgs& a);
-void encode(Record& r, const AllReduceArgs& a);
-void encode(Record& r, const AllToAllvArgs& a);
-void encode(Record& r, const ReduceScatterArgs& a);
-void encode(Record& r, const AllGatherArgs& a);
-void encode(Record& r, const BroadcastArgs& a);
-void decode(Reader& r, EmbeddingAllToAllArgs& a);
-void decode(Reader& r, GemvAllReduceArgs& a);
-void decode(Reader& r, GemmAllToAllArgs& a);
-void decode(Reader& r, AllReduceArgs& a);
-void decode(Reader& r, AllToAllvArgs& a);
-void decode(Reader& r, ReduceScatterArgs& a);
-void decode(Reader& r, AllGatherArgs& a);
-void decode(Reader& r, BroadcastArgs& a);
+/// Appends the global fields of `a` (detail/agreement.hpp) to `r` (agree.cpp, instantiated for
+/// every Args).
+template <class Args>
+void encode(Record& r, const Args& a);
+/// Reads what `encode` wrote into `a`; fills only the global fields.
+template <class Args>
+void decode(Reader& r, Args& a);
 
 /// Memory a rank receives into, as it offers it to its peers for zero-copy puts: the bytes
 /// [p, p + bytes) (none when `bytes` is 0) and the `layout` the peers need to address it (receive
@@ -218,8 +208,7 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
     }
     if (land) (*land)[static_cast<std::size_t>(r)] = std::move(l);
   }
-  for (int a = 0; a < P; ++a)
-    for (int b = a + 1; b < P; ++b) check_consistent(all[a], a, all[b], b);
+  detail::check_all_agree(P, [&](int r) -> const Args& { return all[r]; });
   rt.set_agreement(false);
   rt.set_activity("in " + op);
   return all;

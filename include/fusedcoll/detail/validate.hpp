@@ -47,6 +47,15 @@ Status status_of(F&& f) noexcept {
   }
 }
 
+/// Checks every pair of a world's calls for agreement (`check_consistent`, driven by
+/// detail/agreement.hpp), `call(r)` being rank r's, in the same order everywhere, so that every
+/// rank reports the same mismatch. The one pairwise loop of every backend.
+template <class Call>
+void check_all_agree(int world_size, Call&& call) {
+  for (int a = 0; a < world_size; ++a)
+    for (int b = a + 1; b < world_size; ++b) check_consistent(call(a), a, call(b), b);
+}
+
 /// Validates a whole world of calls (index = rank): each call on its own, then every pair for
 /// agreement, so that a mismatch is reported before any data moves.
 template <class Args>
@@ -55,8 +64,7 @@ void check_world_calls(std::span<const Args> ranks) {
   FC_ENFORCE(!ranks.empty(), "a world needs at least one rank");
   const int world_size = static_cast<int>(ranks.size());
   for (int r = 0; r < world_size; ++r) check(ranks[r], r, world_size);
-  for (int a = 0; a < world_size; ++a)
-    for (int b = a + 1; b < world_size; ++b) check_consistent(ranks[a], a, ranks[b], b);
+  check_all_agree(world_size, [&](int r) -> const Args& { return ranks[r]; });
 }
 
 }  // namespace fusedcoll::detail
