@@ -3,6 +3,7 @@
 //   fusedcoll-perf allreduce -b 1K -e 64M -f 4 -g 4
 //   fusedcoll-perf embedding -b 64K -e 16M -f 4 --link-gbps 10
 //   mpiexec -n 4 fusedcoll-perf allreduce --backend mpi -b 8K -e 64M -f 8
+//   fusedcoll-perf alltoall --backend gpu -g 8
 //
 // Subcommands: allreduce, alltoall, reducescatter, allgather, broadcast (one row per size), and
 // the fused operators embedding, gemv, gemm (unfused vs scale_up vs scale_out per size).
@@ -16,11 +17,11 @@
 //
 // This file is the emulator backend (timing: the n iterations are split into batches; each batch
 // is barrier, clock, back-to-back calls, barrier, clock, and the time of a call is the median over
-// batches of batch time / calls) and main; --backend mpi is perf_mpi.cpp, and what both share
-// (flags, cases, checks, printer) perf_common.cpp. Check (-c 1, default): after timing, outputs
-// are poisoned, the op runs once more, and every rank's output is compared bit for bit with ref/
-// on the same inputs: `#wrong` counts differing elements (it must be 0; the exit status is 1
-// otherwise).
+// batches of batch time / calls) and main; --backend mpi is perf_mpi.cpp, --backend gpu
+// perf_gpu.cpp, and what they share (flags, cases, checks, printer) perf_common.cpp. Check (-c 1,
+// default): after timing, outputs are poisoned, the op runs once more, and every rank's output is
+// compared bit for bit with ref/ on the same inputs: `#wrong` counts differing elements (it must
+// be 0; the exit status is 1 otherwise).
 
 #include <algorithm>
 #include <chrono>
@@ -34,9 +35,12 @@
 #include "fusedcoll/fusedcoll.hpp"
 #include "perf_common.hpp"
 
+using namespace perf;
+
+// A GPU-only build (no emulator: FUSEDCOLL_BUILD_EMU=OFF) has --backend gpu alone.
+#ifndef FUSEDCOLL_PERF_NO_EMU
 namespace {
 
-using namespace perf;
 using Clock = std::chrono::steady_clock;
 
 /// Times `call` on every rank: `batches` x (barrier, clock, `per_batch` calls, barrier, clock).
@@ -162,6 +166,7 @@ int run_emu(const Options& o) {
 }
 
 }  // namespace
+#endif
 
 int main(int argc, char** argv) {
   try {
@@ -174,7 +179,19 @@ int main(int argc, char** argv) {
                   "-DFUSEDCOLL_ENABLE_MPI=ON and an MPI installed)");
 #endif
     }
+    if (o.backend == "gpu") {
+#ifdef FUSEDCOLL_PERF_GPU
+      return run_gpu(o);
+#else
+      usage_error("--backend gpu: this build has no GPU backend (configure with "
+                  "-DFUSEDCOLL_ENABLE_CUDA=ON or -DFUSEDCOLL_ENABLE_HIP=ON)");
+#endif
+    }
+#ifdef FUSEDCOLL_PERF_NO_EMU
+    usage_error("--backend emu: this build has no emulator (FUSEDCOLL_BUILD_EMU=OFF)");
+#else
     return run_emu(o);
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

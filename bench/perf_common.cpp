@@ -29,8 +29,10 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        -o OP      reduction: sum avg min max (default sum)
        --algo direct|ring         AllReduce algorithm (default direct)
        --root R                   Broadcast root (default 0)
-       --backend emu|mpi          where to run (default emu; mpi: one rank per process under
-                                  mpiexec, against Open MPI's collective; docs/benchmarking.md)
+       --backend emu|mpi|gpu      where to run (default emu; mpi: one rank per process under
+                                  mpiexec, against Open MPI's collective; gpu: the collectives,
+                                  P ranks on one GPU, against copy engines / a fold kernel;
+                                  docs/benchmarking.md)
        --compress F               wire format: none fp16 bf16 fp8-e4m3 fp8-e5m2 (default none;
                                   AllReduce, ReduceScatter, AllGather, All-to-All; compression.md)
        --scaling S                auto none tensor block (default auto: fp8 per tensor)
@@ -176,8 +178,20 @@ Options parse(int argc, char** argv) {
     if (link_given)
       usage_error("--link-gbps / --link-us model the emulator's links; they do not apply to "
                   "--backend mpi");
+  } else if (o.backend == "gpu") {
+    if (o.ranks == 0) o.ranks = 4;
+    if (o.root >= o.ranks) usage_error("--root is not a rank");
+    if (link_given)
+      usage_error("--link-gbps / --link-us model the emulator's links; they do not apply to "
+                  "--backend gpu");
+    if (o.compute_units != 0)
+      usage_error("-C: the GPU backend sizes its grids by occupancy; it does not apply to "
+                  "--backend gpu");
+    if (is_fused(o.op))
+      usage_error("--backend gpu runs the collectives; the fused operators on the GPU are "
+                  "measured by fusedcoll-gpu-bench");
   } else {
-    usage_error("--backend '" + o.backend + "' is not emu or mpi");
+    usage_error("--backend '" + o.backend + "' is not emu, mpi or gpu");
   }
   if (o.symmetric && (o.backend != "mpi" || !(o.op == "allreduce" || o.op == "alltoall" ||
                                               o.op == "embedding" || o.op == "gemm")))
@@ -249,7 +263,12 @@ void Printer::header() {
               o_.link_gbps > 0 || o_.link_us > 0
                   ? fc::detail::make_string(o_.link_gbps, " GB/s + ", o_.link_us, " us").c_str()
                   : "off");
-  if (o_.backend == "mpi")
+  if (o_.backend == "gpu")
+    std::printf("# %d warm-up + %d timed calls per size; time = median device time per call "
+                "(events; fusedcoll's host arguments are uploaded and downloaded untimed); wire "
+                "not measured on gpu\n",
+                o_.warmup, o_.iters);
+  else if (o_.backend == "mpi")
     std::printf("# %d warm-up + %d timed rounds per size, variants shuffled per round; time = "
                 "median per call (barrier, clock, call, barrier, clock); wire not measured on "
                 "mpi\n",
@@ -257,7 +276,15 @@ void Printer::header() {
   else
     std::printf("# %d warm-up + %d timed iterations per size; time = median over batches\n",
                 o_.warmup, o_.iters);
-  if (has_baseline())
+  if (has_baseline() && o_.backend == "gpu")
+    std::printf("# base = %s on the same device, on device-resident copies of the inputs%s; "
+                "fc/base = fusedcoll time / base time (below 1: fusedcoll faster)\n",
+                baseline_.c_str(),
+                lossy() ? fc::detail::make_string(", uncompressed (fusedcoll's wire is ",
+                                                  o_.compress, ")")
+                              .c_str()
+                        : "");
+  else if (has_baseline())
     std::printf("# ompi = Open MPI's %s on the same buffers%s; fc/ompi = fusedcoll time / ompi "
                 "time (below 1: fusedcoll faster)\n",
                 baseline_.c_str(),
@@ -272,7 +299,9 @@ void Printer::header() {
     std::printf("%12s %12s %6s %6s %5s %11s %9s %9s %12s %7s%s%s\n", "size(B)", "count", "type",
                 "redop", "root", "time(us)", "algbw", "busbw", "wire(B)", "#wrong",
                 lossy() ? "    max|err|    max rel        rms" : "",
-                has_baseline() ? "    ompi(us)     algbw     busbw  fc/ompi  #wrong" : "");
+                !has_baseline()        ? ""
+                : o_.backend == "gpu" ? "    base(us)     algbw     busbw  fc/base  #wrong"
+                                      : "    ompi(us)     algbw     busbw  fc/ompi  #wrong");
 }
 
 void Printer::row(const Row& r) {
@@ -389,15 +418,14 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
   c.busbw_factor = nm1;
   c.pieces = pieces;
   c.per_peer = per_peer;
-  // One rank's arguments, writing into `recv`, with wire options `wire` (Broadcast has none).
-  using AnyArgs = std::variant<fc::AllReduceArgs, fc::ReduceScatterArgs, fc::AllGatherArgs,
-                               fc::AllToAllvArgs, fc::BroadcastArgs>;
-  std::function<AnyArgs(int, float*, const fc::CompressionOptions&)> args;
+  // One rank's arguments, reading `send`, writing into `recv`, with wire options `wire`
+  // (Broadcast has none).
+  std::function<AnyArgs(const float*, float*, const fc::CompressionOptions&)> args;
   if (o.op == "allreduce") {
     c.busbw_factor = 2 * nm1;
-    args = [&o, &c](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
+    args = [&o, &c](const float* send, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
       fc::AllReduceArgs a;
-      a.send = c.send[r].data();
+      a.send = send;
       a.recv = recv;
       a.count = c.count;
       a.op = o.redop;
@@ -406,24 +434,26 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
       return a;
     };
   } else if (o.op == "reducescatter") {
-    args = [&o, &c, pieces](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
-      return fc::ReduceScatterArgs{c.send[r].data(), recv, pieces, fc::DType::f32, o.redop, wire};
+    args = [&o, pieces](const float* send, float* recv,
+                        const fc::CompressionOptions& wire) -> AnyArgs {
+      return fc::ReduceScatterArgs{send, recv, pieces, fc::DType::f32, o.redop, wire};
     };
   } else if (o.op == "allgather") {
-    args = [&c, pieces](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
-      return fc::AllGatherArgs{c.send[r].data(), recv, pieces, fc::DType::f32, wire};
+    args = [pieces](const float* send, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
+      return fc::AllGatherArgs{send, recv, pieces, fc::DType::f32, wire};
     };
   } else if (o.op == "alltoall") {
     send_elems = recv_elems = c.count = per_peer * P;
-    args = [&c, per_peer, P](int r, float* recv, const fc::CompressionOptions& wire) -> AnyArgs {
-      auto a = fc::make_alltoall(c.send[r].data(), recv, per_peer, fc::DType::f32, P);
+    args = [per_peer, P](const float* send, float* recv,
+                         const fc::CompressionOptions& wire) -> AnyArgs {
+      auto a = fc::make_alltoall(send, recv, per_peer, fc::DType::f32, P);
       a.wire = wire;
       return a;
     };
   } else {  // broadcast
     c.busbw_factor = 1;
-    args = [&o, &c](int r, float* recv, const fc::CompressionOptions&) -> AnyArgs {
-      return fc::BroadcastArgs{c.send[r].data(), recv, c.count, fc::DType::f32, o.root};
+    args = [&o, &c](const float* send, float* recv, const fc::CompressionOptions&) -> AnyArgs {
+      return fc::BroadcastArgs{send, recv, c.count, fc::DType::f32, o.root};
     };
   }
   c.bytes = c.count * 4;
@@ -436,8 +466,15 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
     c.recv[r].resize(d);
     fc::fill_values(c.send[r].data(), s, fc::DType::f32, 2024, 1, r, values);
   }
-  c.call_into = [&o, args](fc::Communicator& comm, float* recv) {
-    std::visit([&](const auto& a) { run_on(comm, a); }, args(comm.rank(), recv, o.wire));
+  c.call_into = [&o, &c, args](fc::Communicator& comm, float* recv) {
+    std::visit([&](const auto& a) { run_on(comm, a); },
+               args(c.send[comm.rank()].data(), recv, o.wire));
+  };
+  c.args_at = [&o, args, P](const std::vector<const float*>& send,
+                            const std::vector<float*>& recv) {
+    std::vector<AnyArgs> all;
+    for (int r = 0; r < P; ++r) all.push_back(args(send[r], recv[r], o.wire));
+    return all;
   };
   c.call = [&c](fc::Communicator& comm) { c.call_into(comm, c.recv[comm.rank()].data()); };
   c.ref = [&c, args, P](const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out) {
@@ -445,7 +482,7 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
     std::vector<AnyArgs> all;
     for (int r = 0; r < P; ++r) {
       out[r].assign(c.recv[r].size(), 0.0f);
-      all.push_back(args(r, out[r].data(), wire));
+      all.push_back(args(c.send[r].data(), out[r].data(), wire));
     }
     std::visit([&](const auto& first) { ref_on(first, all); }, all[0]);
   };

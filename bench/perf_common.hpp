@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fusedcoll/communicator.hpp"
@@ -100,12 +101,21 @@ class Printer {
 // ---------------------------------------------------------------------------------------------
 // Collectives: `size` is nccl-tests' size (the bytes of the whole buffer a rank holds).
 
+/// One rank's arguments of one collective call.
+using AnyArgs = std::variant<fc::AllReduceArgs, fc::ReduceScatterArgs, fc::AllGatherArgs,
+                             fc::AllToAllvArgs, fc::BroadcastArgs>;
+
 /// Every rank's buffers and arguments for one collective at one size.
 struct CollectiveCase {
   std::vector<std::vector<float>> send, recv;
   std::function<void(fc::Communicator&)> call;  // the op on comm.rank()'s buffers
   /// The op with comm.rank()'s receive buffer at `recv` instead (same size).
   std::function<void(fc::Communicator&, float* recv)> call_into;
+  /// Every rank's arguments with its buffers at send[r] and recv[r] instead (same sizes; e.g.
+  /// device copies).
+  std::function<std::vector<AnyArgs>(const std::vector<const float*>& send,
+                                     const std::vector<float*>& recv)>
+      args_at;
   /// ref/ on the same inputs with wire options `wire`, into `out` (one buffer per rank).
   std::function<void(const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out)> ref;
   std::int64_t bytes = 0, count = 0;
@@ -156,5 +166,13 @@ inline constexpr fc::Mode kModes[] = {fc::Mode::unfused, fc::Mode::scale_up, fc:
 /// on rank 0 and returns the exit status (a failure on any rank aborts the whole job). Defined in
 /// perf_mpi.cpp, which is built only when the build has MPI.
 int run_mpi(const Options& o, int argc, char** argv);
+
+/// The exit status of `--backend gpu` where no GPU is visible (ctest's SKIP_RETURN_CODE).
+inline constexpr int kNoDevice = 77;
+
+/// `--backend gpu`: the collectives on gpu::World (P ranks on one device) against a copy-engine
+/// or fold-kernel baseline on the same device; prints and returns the exit status. Defined in
+/// perf_gpu.cpp, which is built only when the build has a GPU backend.
+int run_gpu(const Options& o);
 
 }  // namespace perf

@@ -18,7 +18,7 @@ jobs="$(nproc)"
 gpu_config=(-DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_EMU=OFF -DFUSEDCOLL_ENABLE_MPI=OFF
             -DFUSEDCOLL_BUILD_TESTS=OFF
             -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_WERROR=ON)
-gpu_targets=(fusedcoll_gpu fusedcoll_gpu_test fusedcoll-gpu-bench)
+gpu_targets=(fusedcoll_gpu fusedcoll_gpu_test fusedcoll-gpu-bench fusedcoll-perf)
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   cmake -S . -B build-cuda "${gpu_config[@]}" -DFUSEDCOLL_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DFUSEDCOLL_CUDA_ARCHITECTURES=90
