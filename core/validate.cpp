@@ -19,6 +19,29 @@
 namespace fusedcoll {
 namespace detail {
 
+void throw_oversize(const std::string& what, std::int64_t a, const char* op, std::int64_t b) {
+  throw InvalidArgument(make_string(what, " = ", a, " ", op, " ", b,
+                                    " does not fit in 64 bits: no memory has that size"));
+}
+
+namespace {
+/// Throws unless a view's element count and byte span (first to last element its strides reach)
+/// fit in 64 bits, so that the extent and overlap arithmetic on it cannot wrap. The extents
+/// and strides are the caller's, and non-negative.
+void check_extent(const ConstTensorView& t, const std::string& name) {
+  for (int d = 0; d < t.rank(); ++d)
+    if (t.size(d) == 0) return;
+  std::int64_t elements = 1, last = 0;
+  for (int d = 0; d < t.rank(); ++d) {
+    const auto what = [&] { return make_string(name, " ", t, ", dimension ", d); };
+    elements = checked_mul(elements, t.size(d), what);
+    last = checked_add(last, checked_mul(t.size(d) - 1, t.stride(d), what), what);
+  }
+  checked_bytes(checked_add(last, 1, name), dtype_size(t.dtype()),
+                [&] { return make_string(name, " ", t, " spanning ", last + 1, " elements"); });
+}
+}  // namespace
+
 void check_world(int rank, int world_size) {
   FC_ENFORCE_GE(world_size, 1, "world size must be positive");
   FC_ENFORCE(rank >= 0 && rank < world_size, "rank ", rank, " is outside [0, ", world_size, ")");
@@ -36,6 +59,7 @@ void check_matrix(const ConstTensorView& t, const std::string& name, std::int64_
   FC_ENFORCE_EQ(t.dtype(), DType::f32, name, " must be f32");
   FC_ENFORCE(t.rank() == 2 && t.size(0) == rows && t.size(1) == cols, name, " has shape ", t,
              ", expected f32[", rows, ", ", cols, "]");
+  check_extent(t, name);
   FC_ENFORCE(t.data() != nullptr || t.numel() == 0, name, " is a null pointer with shape ", t);
   FC_ENFORCE(cols <= 1 || t.stride(1) == 1, name, " must have unit inner stride, has ",
              t.stride(1));
@@ -49,6 +73,7 @@ void check_output3(const TensorView& t, const std::string& name, std::int64_t d0
   FC_ENFORCE_EQ(t.dtype(), DType::f32, name, " must be f32");
   FC_ENFORCE(t.rank() == 3 && t.size(0) == d0 && t.size(1) == d1 && t.size(2) == d2, name,
              " has shape ", t, ", expected f32[", d0, ", ", d1, ", ", d2, "]");
+  check_extent(t, name);
   FC_ENFORCE(t.data() != nullptr || t.numel() == 0, name, " is a null pointer with shape ", t);
   FC_ENFORCE(d2 <= 1 || t.stride(2) == 1, name, " must have unit inner stride, has ", t.stride(2));
   FC_ENFORCE(d1 <= 1 || t.stride(1) >= d2, name, " stride(1) ", t.stride(1),
@@ -94,18 +119,13 @@ void check_index_vector(const ConstTensorView& v, const std::string& name, DType
   FC_ENFORCE_EQ(v.dtype(), dtype, name, " must have the same dtype as the offsets");
   FC_ENFORCE(v.rank() == 1 && v.size(0) == length, name, " has shape ", v, ", expected [", length,
              "]");
+  check_extent(v, name);
   FC_ENFORCE(v.data() != nullptr || length == 0, name, " is a null pointer with ", length,
              " elements");
   FC_ENFORCE(length <= 1 || v.stride(0) == 1, name, " must be contiguous");
 }
 
 bool present(const ConstTensorView& v) { return v.rank() != 0 || v.data() != nullptr; }
-
-std::int64_t sum_of(const std::vector<std::int64_t>& v) {
-  std::int64_t s = 0;
-  for (auto x : v) s += x;
-  return s;
-}
 
 void check_sizes(const std::vector<std::int64_t>& v, const char* name, int world_size) {
   FC_ENFORCE_EQ(v.size(), static_cast<std::size_t>(world_size), name,
@@ -128,7 +148,14 @@ void check(const EmbeddingAllToAllArgs& args, int rank, int world_size) {
              "unknown pooling mode ", static_cast<int>(args.pooling));
   detail::check_sizes(args.batch_sizes, "batch_sizes", world_size);
   const std::int64_t num_tables = static_cast<std::int64_t>(args.owner.size());
-  const std::int64_t global_batch = detail::sum_of(args.batch_sizes);
+  const std::int64_t global_batch = detail::checked_sum(args.batch_sizes, "sum of batch_sizes");
+  // The offsets of every table hold B + 1 entries; all ranks' outputs hold B * T * dim floats.
+  detail::checked_bytes(detail::checked_add(global_batch, 1, "offsets length B + 1"),
+                        sizeof(std::int64_t), "offsets length B + 1");
+  detail::checked_bytes(
+      detail::checked_mul(detail::checked_mul(global_batch, num_tables, "outputs B * T"), args.dim,
+                          "outputs B * T * dim"),
+      sizeof(float), "outputs B * T * dim");
 
   std::vector<std::int64_t> local_ids;
   for (std::int64_t t = 0; t < num_tables; ++t) {
@@ -180,6 +207,7 @@ void check(const EmbeddingAllToAllArgs& args, int rank, int world_size) {
       FC_ENFORCE_EQ(psw.dtype(), DType::f32, where, " per_sample_weights must be f32");
       FC_ENFORCE(psw.rank() == 1 && psw.size(0) == prev, where, " per_sample_weights has shape ",
                  psw, ", expected [", prev, "] (one weight per index)");
+      detail::check_extent(psw, where + " per_sample_weights");
       FC_ENFORCE(psw.data() != nullptr || prev == 0, where,
                  " per_sample_weights is a null pointer with ", prev, " elements");
       FC_ENFORCE(prev <= 1 || psw.stride(0) == 1, where, " per_sample_weights must be contiguous");
@@ -224,6 +252,14 @@ void check(const GemvAllReduceArgs& args, int rank, int world_size) {
              " is outside [0, ", kMaxGemvRows, "] (use a GEMM for larger batches)");
   FC_ENFORCE_GE(args.n, 0, "GEMV output features n is negative");
   detail::check_sizes(args.k_splits, "k_splits", world_size);
+  // The whole W is n x sum(k_splits); x and y have m <= 16 rows of it.
+  const std::int64_t k_total = detail::checked_sum(args.k_splits, "sum of k_splits");
+  detail::checked_bytes(detail::checked_mul(args.n, k_total, "GEMV n * sum of k_splits"),
+                        sizeof(float), "GEMV n * sum of k_splits");
+  detail::checked_bytes(detail::checked_mul(args.m, k_total, "GEMV m * sum of k_splits"),
+                        sizeof(float), "GEMV m * sum of k_splits");
+  detail::checked_bytes(detail::checked_mul(args.m, args.n, "GEMV m * n"), sizeof(float),
+                        "GEMV m * n");
   const std::int64_t k = args.k_splits[static_cast<std::size_t>(rank)];
   detail::check_matrix(args.w, "w", args.n, k);
   detail::check_matrix(args.x, "x", args.m, k);
@@ -261,6 +297,15 @@ void check(const GemmAllToAllArgs& args, int rank, int world_size) {
   for (std::size_t i = 0; i < args.counts.size(); ++i)
     FC_ENFORCE_GE(args.counts[i], 0, "counts[source ", i / num_experts, "][expert ",
                   i % num_experts, "] is negative");
+  // Every expert's W is k x n; the routed rows of all experts (each expert's A, each rank's
+  // output) are at most the sum of all counts, of k and of n floats.
+  detail::checked_bytes(detail::checked_mul(args.k, args.n, "GEMM k * n"), sizeof(float),
+                        "GEMM k * n");
+  const std::int64_t routed = detail::checked_sum(args.counts, "sum of the routing counts");
+  detail::checked_bytes(detail::checked_mul(routed, args.k, "GEMM routed rows * k"),
+                        sizeof(float), "GEMM routed rows * k");
+  detail::checked_bytes(detail::checked_mul(routed, args.n, "GEMM routed rows * n"),
+                        sizeof(float), "GEMM routed rows * n");
   std::vector<std::size_t> local_ids;
   for (std::size_t e = 0; e < num_experts; ++e) {
     FC_ENFORCE(args.host[e] >= 0 && args.host[e] < world_size, "host[", e, "] = ", args.host[e],
@@ -334,6 +379,7 @@ AllToAllvArgs make_alltoall(const void* send, void* recv, std::int64_t count, DT
                             int world_size) {
   FC_ENFORCE_GE(world_size, 1, "world size must be positive");
   FC_ENFORCE_GE(count, 0, "All-to-All count is negative");
+  detail::checked_mul(count, world_size, "make_alltoall count * world_size");
   AllToAllvArgs args;
   args.send = send;
   args.recv = recv;
@@ -367,6 +413,17 @@ struct Range {
   const char* end;
 };
 
+/// Throws unless the elements [displ, displ + count) of an All-to-All(v) buffer have byte offsets
+/// that fit in 64 bits (a displacement near 2^62 would otherwise wrap to the buffer's start).
+void check_segment(std::int64_t displ, std::int64_t count, std::size_t elem, const char* side,
+                   int q) {
+  const auto what = [&] {
+    return make_string("All-to-All ", side, "_displs[", q, "] + ", side, "_counts[", q, "] (",
+                       displ, " + ", count, ")");
+  };
+  checked_bytes(checked_add(displ, count, what), elem, what);
+}
+
 bool overlaps(Range a, Range b) {
   return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
 }
@@ -399,6 +456,7 @@ void check(const AllReduceArgs& args, int rank, int world_size) {
   detail::check_wire(args.wire, args.dtype, "AllReduce");
   FC_ENFORCE(args.algo == AllReduceAlgo::direct || args.algo == AllReduceAlgo::ring,
              "unknown AllReduce algorithm ", static_cast<int>(args.algo));
+  detail::checked_bytes(args.count, dtype_size(args.dtype), "AllReduce count");
   detail::check_buffer(args.send, args.count, "AllReduce send buffer");
   detail::check_buffer(args.recv, args.count, "AllReduce recv buffer");
   const std::size_t elem = dtype_size(args.dtype);
@@ -420,8 +478,12 @@ void check(const AllToAllvArgs& args, int rank, int world_size) {
                 args.send_counts[rank], " elements to itself but expects ",
                 args.recv_counts[rank]);
   const std::size_t elem = dtype_size(args.dtype);
-  const std::int64_t total_send = detail::sum_of(args.send_counts);
-  const std::int64_t total_recv = detail::sum_of(args.recv_counts);
+  for (int q = 0; q < world_size; ++q) {
+    detail::check_segment(args.send_displs[q], args.send_counts[q], elem, "send", q);
+    detail::check_segment(args.recv_displs[q], args.recv_counts[q], elem, "recv", q);
+  }
+  const std::int64_t total_send = detail::checked_sum(args.send_counts, "sum of send_counts");
+  const std::int64_t total_recv = detail::checked_sum(args.recv_counts, "sum of recv_counts");
   detail::check_buffer(args.send, total_send, "All-to-All send buffer");
   detail::check_buffer(args.recv, total_recv, "All-to-All recv buffer");
   for (int q = 0; q < world_size; ++q) {
@@ -454,7 +516,8 @@ void check(const ReduceScatterArgs& args, int rank, int world_size) {
   detail::check_wire(args.wire, args.dtype, "ReduceScatter");
   detail::check_sizes(args.recv_counts, "recv_counts", world_size);
   const std::size_t elem = dtype_size(args.dtype);
-  const std::int64_t total = detail::sum_of(args.recv_counts);
+  const std::int64_t total = detail::checked_sum(args.recv_counts, "sum of recv_counts");
+  detail::checked_bytes(total, elem, "sum of recv_counts");
   const std::int64_t mine = args.recv_counts[static_cast<std::size_t>(rank)];
   detail::check_buffer(args.send, total, "ReduceScatter send buffer");
   detail::check_buffer(args.recv, mine, "ReduceScatter recv buffer");
@@ -472,7 +535,8 @@ void check(const AllGatherArgs& args, int rank, int world_size) {
   detail::check_wire(args.wire, args.dtype, "AllGather");
   detail::check_sizes(args.recv_counts, "recv_counts", world_size);
   const std::size_t elem = dtype_size(args.dtype);
-  const std::int64_t total = detail::sum_of(args.recv_counts);
+  const std::int64_t total = detail::checked_sum(args.recv_counts, "sum of recv_counts");
+  detail::checked_bytes(total, elem, "sum of recv_counts");
   const std::int64_t mine = args.recv_counts[static_cast<std::size_t>(rank)];
   detail::check_buffer(args.send, mine, "AllGather send buffer");
   detail::check_buffer(args.recv, total, "AllGather recv buffer");
@@ -491,6 +555,7 @@ void check(const BroadcastArgs& args, int rank, int world_size) {
   FC_ENFORCE(args.root >= 0 && args.root < world_size, "Broadcast root ", args.root,
              " is not a rank of a world of ", world_size);
   const std::size_t elem = dtype_size(args.dtype);
+  detail::checked_bytes(args.count, elem, "Broadcast count");
   if (rank == args.root) {
     detail::check_buffer(args.send, args.count, "Broadcast send buffer (root)");
     FC_ENFORCE(args.send == args.recv ||

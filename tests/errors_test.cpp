@@ -937,6 +937,140 @@ TEST(CollectiveErrors, MakeAlltoallBadArguments) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Sizes no memory can have: a count, displacement or product whose size in bytes does not fit in
+// 64 bits is InvalidArgument naming the field and the value, before any size is computed from it
+// (before, a wrapped product gave bad_alloc, a misleading overlap, or a read at the buffer start).
+
+constexpr std::int64_t kHuge = std::int64_t{1} << 62;  // 2^62 f32 = 2^64 bytes
+
+TEST(SizeErrors, AllReduceCount) {
+  std::vector<float> s0(4), r0(4), s1(4), r1(4);
+  std::vector<fusedcoll::AllReduceArgs> a(2);
+  a[0] = {s0.data(), r0.data(), kHuge, DType::f32};
+  a[1] = {s1.data(), r1.data(), kHuge, DType::f32};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "AllReduce count", kHuge);
+  EXPECT_INVALID(fusedcoll::ref::all_reduce(a), "AllReduce count", kHuge);
+  a[0].dtype = a[1].dtype = DType::i64;  // 2^61 i64 elements: 2^64 bytes too
+  a[0].count = a[1].count = kHuge / 2;
+  EXPECT_INVALID(fusedcoll::ref::all_reduce(a), "AllReduce count", kHuge / 2);
+}
+
+TEST(SizeErrors, AllToAllvDisplacement) {
+  // 2^62 f32 past the start is 2^64 bytes: wrapped, it was the buffer's start.
+  std::vector<float> s(8), r(8);
+  std::vector<fusedcoll::AllToAllvArgs> a(1);
+  a[0] = {s.data(), r.data(), {2}, {kHuge}, {2}, {0}, DType::f32};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 1), "send_displs[0]", kHuge);
+  EXPECT_INVALID(fusedcoll::ref::all_to_allv(a), "send_displs[0]", kHuge);
+  a[0] = {s.data(), r.data(), {2}, {0}, {2}, {kHuge - 1}, DType::f32};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 1), "recv_displs[0]", kHuge - 1);
+  // The end of the segment, displacement + count, overflows as an element index.
+  a[0] = {s.data(), r.data(), {2}, {std::numeric_limits<std::int64_t>::max()}, {2}, {0},
+          DType::f32};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 1), "send_displs[0]",
+                 std::numeric_limits<std::int64_t>::max());
+}
+
+TEST(SizeErrors, AllToAllvCount) {
+  std::vector<float> s(8), r(8);
+  std::vector<fusedcoll::AllToAllvArgs> a(2);
+  a[0] = {s.data(), r.data(), {1, kHuge}, {0, 1}, {1, 1}, {0, 1}, DType::f32};
+  a[1] = a[0];
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "send_counts[1]", kHuge);
+  EXPECT_INVALID(fusedcoll::ref::all_to_allv(a), "send_counts[1]", kHuge);
+  // Each segment of bytes fits, the sum of the counts does not.
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  a[0] = {s.data(), r.data(), {max - 1, 2}, {0, 0}, {max - 1, 2}, {0, 0}, DType::f8_e4m3};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "sum of send_counts", max - 1);
+}
+
+TEST(SizeErrors, ReduceScatterCounts) {
+  std::vector<float> s(8), r(8);
+  std::vector<fusedcoll::ReduceScatterArgs> a(2);
+  a[0] = {s.data(), r.data(), {1, kHuge}, DType::f32, fusedcoll::ReduceOp::sum};
+  a[1] = a[0];
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "recv_counts", kHuge + 1);
+  EXPECT_INVALID(fusedcoll::ref::reduce_scatter(a), "recv_counts", kHuge + 1);
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  a[0].recv_counts = a[1].recv_counts = {max, 1};
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "sum of recv_counts", max);
+}
+
+TEST(SizeErrors, AllGatherCounts) {
+  std::vector<float> s(8), r(8);
+  std::vector<fusedcoll::AllGatherArgs> a(2);
+  a[0] = {s.data(), r.data(), {1, kHuge}, DType::f32};
+  a[1] = a[0];
+  EXPECT_INVALID(fusedcoll::check(a[0], 0, 2), "recv_counts", kHuge + 1);
+  EXPECT_INVALID(fusedcoll::ref::all_gather(a), "recv_counts", kHuge + 1);
+}
+
+TEST(SizeErrors, BroadcastCount) {
+  std::vector<float> b(4);
+  std::vector<fusedcoll::BroadcastArgs> a(2, fusedcoll::BroadcastArgs{b.data(), b.data(), kHuge,
+                                                                      DType::f32, 0});
+  EXPECT_INVALID(fusedcoll::check(a[1], 1, 2), "Broadcast count", kHuge);
+  EXPECT_INVALID(fusedcoll::ref::broadcast(a), "Broadcast count", kHuge);
+}
+
+TEST(SizeErrors, MakeAllToAll) {
+  float x = 0, y = 0;
+  EXPECT_INVALID(fusedcoll::make_alltoall(&x, &y, kHuge, DType::f32, 4), kHuge, "world_size");
+}
+
+TEST(SizeErrors, EmbeddingDim) {
+  EmbWorld w;
+  auto a = w.args();
+  for (auto& r : a) r.dim = kHuge;  // B * T * dim = 3 * 2 * 2^62
+  EXPECT_EMB_INVALID(a, 0, "B * T * dim", kHuge);
+}
+
+TEST(SizeErrors, EmbeddingBatchSizes) {
+  EmbWorld w;
+  auto a = w.args();
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  for (auto& r : a) r.batch_sizes = {max, 1};
+  EXPECT_EMB_INVALID(a, 1, "sum of batch_sizes", max);
+}
+
+TEST(SizeErrors, ViewStride) {
+  // A weights view whose row stride reaches past 2^64 bytes: 9 rows of stride 2^62.
+  EmbWorld w;
+  auto a = w.args();
+  const std::int64_t shape[] = {EmbWorld::kRows, EmbWorld::D}, strides[] = {kHuge, 1};
+  a[0].local_tables[0].weights = ConstTensorView(w.table[0].data(), DType::f32, shape, strides);
+  EXPECT_EMB_INVALID(a, 0, "weights", kHuge);
+}
+
+TEST(SizeErrors, GemvN) {
+  GemvWorld g;
+  auto a = g.args();
+  for (auto& r : a) r.n = kHuge;  // n * (4 + 5)
+  EXPECT_GEMV_INVALID(a, 0, "n * sum of k_splits", kHuge);
+}
+
+TEST(SizeErrors, GemvKSplits) {
+  GemvWorld g;
+  auto a = g.args();
+  for (auto& r : a) r.k_splits = {kHuge, 5};  // n * k = 3 * (2^62 + 5)
+  EXPECT_GEMV_INVALID(a, 1, "n * sum of k_splits", kHuge + 5);
+}
+
+TEST(SizeErrors, GemmKTimesN) {
+  GemmWorld g;
+  auto a = g.args();
+  for (auto& r : a) r.k = r.n = std::int64_t{1} << 32;  // W is k x n = 2^64 floats
+  EXPECT_GEMM_INVALID(a, 0, "k * n", std::int64_t{1} << 32);
+}
+
+TEST(SizeErrors, GemmRoutedRows) {
+  GemmWorld g;
+  auto a = g.args();
+  for (auto& r : a) r.counts = {1, kHuge, 3, 0};  // routed rows * k = (2^62 + 4) * 3
+  EXPECT_GEMM_INVALID(a, 1, "routed rows * k", kHuge + 4);
+}
+
+// ---------------------------------------------------------------------------------------------
 // dtype, tensor views, and the macros themselves.
 
 TEST(DTypeErrors, ParseUnknownName) {

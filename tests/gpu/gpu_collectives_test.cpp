@@ -19,6 +19,7 @@
 #include "common/codec_ref.hpp"
 #include "common/collective_cases.hpp"
 #include "common/compressed_cases.hpp"
+#include "common/errors.hpp"
 #include "fusedcoll/gpu.hpp"
 #include "tests/gpu/codec_probe.hpp"
 
@@ -173,6 +174,24 @@ TEST(GpuCollectivesApi, ErrorsLeaveTheWorldUsable) {
     fc::all_reduce(comm, a);
   });
   for (int r = 0; r < P; ++r) EXPECT_EQ(recv[r][5], 3.0f) << "rank " << r;
+}
+
+// A size no memory can have is InvalidArgument naming the field, from the host-side checks,
+// before anything is uploaded (tests/errors_test.cpp has every case on the shared checks).
+TEST(GpuCollectivesApi, ImpossibleSizesAreInvalidArguments) {
+  FC_REQUIRE_GPU();
+  const int P = 2;
+  const std::int64_t huge = std::int64_t{1} << 62;  // 2^62 f32 = 2^64 bytes
+  fc::gpu::World gpu(options(P));
+  std::vector<float> s(8), r(8);
+  EXPECT_INVALID(gpu.run([&](fc::Communicator& comm) {
+    fc::all_reduce(comm, {s.data(), r.data(), huge, DType::f32});
+  }),
+                 "AllReduce count", huge);
+  EXPECT_INVALID(gpu.run([&](fc::Communicator& comm) {
+    fc::all_to_allv(comm, {s.data(), r.data(), {2, 2}, {0, huge}, {2, 2}, {0, 2}, DType::f32});
+  }),
+                 "send_displs[1]", huge);
 }
 
 // --- The device codecs --------------------------------------------------------------------------
