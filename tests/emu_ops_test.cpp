@@ -1,4 +1,4 @@
-// The emulator's EmbeddingAllToAll and GemmAllToAll against ref/, bit for bit (memcmp of every
+// The emulator's EmbeddingAllToAll, GemvAllReduce and GemmAllToAll against ref/, bit for bit (memcmp of every
 // rank's whole output buffer, row padding included), in all three modes (unfused, scale_up,
 // scale_out): world sizes 1..8, 1/2/4 compute units, uneven and empty batches, empty bags, ranks
 // without tables or experts, zero routing counts, i32/i64 indices, per-sample weights, mean
@@ -21,11 +21,11 @@
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
 
-#include "common/op_problems.hpp"
+#include "common/op_cases.hpp"
 
 namespace {
 
-using namespace fctest::ops;  // emb_problem, gemm_problem, describe, place, batches
+using namespace fctest::ops;  // OpCase, the grids, emb_problem, gemm_problem, kModes
 using fusedcoll::Communicator;
 using fusedcoll::DType;
 using fusedcoll::EmbeddingProblem;
@@ -34,7 +34,6 @@ using fusedcoll::Mode;
 using fusedcoll::PoolingMode;
 using fusedcoll::ValueMode;
 
-constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out};
 constexpr int kWorldSizes[] = {1, 2, 3, 4, 8};
 constexpr int kComputeUnits[] = {1, 2, 4};
 
@@ -55,75 +54,48 @@ fusedcoll::emu::WorldOptions options(int P, int C, std::uint64_t fuzz_seed = 0, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// EmbeddingAllToAll
+// One case on the emulator (the grids and the comparison are tests/common/op_cases.hpp's).
 
-/// Runs the emulator on one copy of the world and ref/ on another; every rank's output must be
-/// bit-identical (and poison must survive exactly where ref/ leaves it).
-void check_embedding(const EmbeddingProblem& pb, int C, Mode mode, std::uint64_t fuzz = 0,
-                     int resident = 0) {
-  SCOPED_TRACE(describe(pb) + " C=" + std::to_string(C) + " mode=" + fusedcoll::to_string(mode) +
-               " fuzz_seed=" + std::to_string(fuzz) + " resident=" + std::to_string(resident));
-  auto ref_world = fusedcoll::make_world(pb);
-  auto emu_world = fusedcoll::make_world(pb);
-  const auto ref_args = fusedcoll::args_of(ref_world);
-  const auto emu_args = fusedcoll::args_of(emu_world);
-  fusedcoll::ref::embedding_alltoall(ref_args);
+/// Runs `c` on an emulated world; every rank's output must be ref/'s bits both when the rank's
+/// call returns (schedule fuzzing makes a missing wait show here) and at the end of the run.
+template <class Problem>
+void run_case(const Problem& pb, Mode mode, int C, std::uint64_t fuzz = 0, int resident = 0) {
+  OpCase<Problem> c(pb, mode);
+  SCOPED_TRACE(c.what() + " C=" + std::to_string(C) + " fuzz_seed=" + std::to_string(fuzz) +
+               " resident=" + std::to_string(resident));
   fusedcoll::emu::World world(options(pb.world_size, C, fuzz, resident));
-  // The output must be complete when the rank's call returns, not merely by the end of the run:
-  // each rank snapshots its output right away (schedule fuzzing makes a missing wait show here).
   std::vector<std::vector<float>> at_return(static_cast<std::size_t>(pb.world_size));
   world.run([&](Communicator& comm) {
-    const auto me = static_cast<std::size_t>(comm.rank());
-    fusedcoll::embedding_alltoall(comm, emu_args[me], mode);
-    at_return[me] = emu_world[me].output;
+    c.call(comm);
+    at_return[static_cast<std::size_t>(comm.rank())] = c.output(comm.rank());
   });
   for (int r = 0; r < pb.world_size; ++r) {
-    const auto& a = ref_world[r].output;
-    const auto& b = emu_world[r].output;
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_TRUE(same_bits(a, at_return[r]))
-        << "rank " << r << " (at return)";
-    EXPECT_TRUE(same_bits(a, b)) << "rank " << r;
+    EXPECT_TRUE(c.same_as_ref(r, &at_return[static_cast<std::size_t>(r)])) << "(at return)";
+    EXPECT_TRUE(c.same_as_ref(r));
   }
 }
 
+/// Every compute-unit count for one case.
+auto on_every_unit_count() {
+  return [](const auto& pb, Mode mode) {
+    for (int C : kComputeUnits) run_case(pb, mode, C);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// EmbeddingAllToAll
+
 TEST(EmuEmbeddingAllToAll, MatchesRefAcrossWorldsUnitsAndModes) {
-  std::uint64_t seed = 100;
-  for (int P : kWorldSizes)
-    for (int variant = 0; variant < 6; ++variant) {
-      const EmbeddingProblem pb = emb_problem(P, variant, ++seed);
-      for (int C : kComputeUnits)
-        for (Mode mode : kModes) check_embedding(pb, C, mode);
-    }
+  for (int P : kWorldSizes) embedding_grid(P, on_every_unit_count());
 }
 
 TEST(EmuEmbeddingAllToAll, EdgeShapes) {
-  for (Mode mode : kModes) {
-    for (int P : {1, 3, 4}) {
-      EmbeddingProblem pb = emb_problem(P, 0, 7);
-      pb.dim = 0;  // nothing to pool, the call still meets
-      check_embedding(pb, 2, mode);
-      pb = emb_problem(P, 2, 8);
-      pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);  // empty global batch
-      check_embedding(pb, 2, mode);
-      pb = emb_problem(P, 1, 9);
-      pb.owner.clear();  // no tables at all
-      pb.table_rows.clear();
-      check_embedding(pb, 2, mode);
-      pb = emb_problem(P, 0, 10);
-      pb.min_bag = pb.max_bag = 0;  // every bag empty: +0.0f everywhere
-      check_embedding(pb, 2, mode);
-      pb = emb_problem(P, 3, 11);
-      pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
-      pb.batch_sizes[static_cast<std::size_t>(P - 1)] = 50;  // one rank owns the whole batch
-      check_embedding(pb, 1, mode);
-    }
-  }
+  for (int P : {1, 3, 4}) embedding_edge_shapes(P, [](const auto& pb, Mode mode) { run_case(pb, mode, 2); });
 }
 
 TEST(EmuEmbeddingAllToAll, SingleResidentWorkgroup) {
   for (Mode mode : kModes)
-    for (int P : {2, 4}) check_embedding(emb_problem(P, 4, 31), 1, mode, 0, /*resident=*/1);
+    for (int P : {2, 4}) run_case(emb_problem(P, 4, 31), mode, 1, 0, /*resident=*/1);
 }
 
 TEST(EmuEmbeddingAllToAll, PaddedOutputViews) {
@@ -163,70 +135,17 @@ TEST(EmuEmbeddingAllToAll, PaddedOutputViews) {
 // ---------------------------------------------------------------------------------------------
 // GemmAllToAll
 
-void check_gemm(const GemmProblem& pb, int C, Mode mode, std::uint64_t fuzz = 0, int resident = 0) {
-  SCOPED_TRACE(describe(pb) + " C=" + std::to_string(C) + " mode=" + fusedcoll::to_string(mode) +
-               " fuzz_seed=" + std::to_string(fuzz) + " resident=" + std::to_string(resident));
-  auto ref_world = fusedcoll::make_world(pb);
-  auto emu_world = fusedcoll::make_world(pb);
-  const auto ref_args = fusedcoll::args_of(ref_world);
-  const auto emu_args = fusedcoll::args_of(emu_world);
-  fusedcoll::ref::gemm_alltoall(ref_args);
-  fusedcoll::emu::World world(options(pb.world_size, C, fuzz, resident));
-  // The output must be complete when the rank's call returns, not merely by the end of the run:
-  // each rank snapshots its output right away (schedule fuzzing makes a missing wait show here).
-  std::vector<std::vector<float>> at_return(static_cast<std::size_t>(pb.world_size));
-  world.run([&](Communicator& comm) {
-    const auto me = static_cast<std::size_t>(comm.rank());
-    fusedcoll::gemm_alltoall(comm, emu_args[me], mode);
-    at_return[me] = emu_world[me].output;
-  });
-  for (int r = 0; r < pb.world_size; ++r) {
-    const auto& a = ref_world[r].output;
-    const auto& b = emu_world[r].output;
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_TRUE(same_bits(a, at_return[r]))
-        << "rank " << r << " (at return)";
-    EXPECT_TRUE(same_bits(a, b)) << "rank " << r;
-  }
-}
-
 TEST(EmuGemmAllToAll, MatchesRefAcrossWorldsUnitsAndModes) {
-  std::uint64_t seed = 500;
-  for (int P : kWorldSizes)
-    for (int variant = 0; variant < 4; ++variant) {
-      const GemmProblem pb = gemm_problem(P, variant, ++seed);
-      for (int C : kComputeUnits)
-        for (Mode mode : kModes) check_gemm(pb, C, mode);
-    }
+  for (int P : kWorldSizes) gemm_grid(P, on_every_unit_count());
 }
 
 TEST(EmuGemmAllToAll, EdgeShapes) {
-  for (Mode mode : kModes) {
-    for (int P : {1, 3, 4}) {
-      GemmProblem pb = gemm_problem(P, 0, 21);
-      pb.k = 0;  // empty reductions: +0.0f everywhere
-      check_gemm(pb, 2, mode);
-      pb = gemm_problem(P, 1, 22);
-      pb.n = 0;  // no columns: nothing to write, the call still meets
-      check_gemm(pb, 2, mode);
-      pb = gemm_problem(P, 2, 23);
-      pb.counts.assign(pb.counts.size(), 0);  // nothing routed anywhere
-      check_gemm(pb, 2, mode);
-      pb = gemm_problem(P, 3, 24);
-      pb.host.clear();  // no experts at all
-      pb.counts.clear();
-      check_gemm(pb, 2, mode);
-      pb = gemm_problem(P, 0, 25);
-      pb.host.assign(pb.host.size(), P - 1);  // one host, everybody else empty-handed
-      pb.random_routing(40);
-      check_gemm(pb, 1, mode);
-    }
-  }
+  for (int P : {1, 3, 4}) gemm_edge_shapes(P, [](const auto& pb, Mode mode) { run_case(pb, mode, 2); });
 }
 
 TEST(EmuGemmAllToAll, SingleResidentWorkgroup) {
   for (Mode mode : kModes)
-    for (int P : {2, 4}) check_gemm(gemm_problem(P, 1, 41), 1, mode, 0, /*resident=*/1);
+    for (int P : {2, 4}) run_case(gemm_problem(P, 1, 41), mode, 1, 0, /*resident=*/1);
 }
 
 TEST(EmuGemmAllToAll, PaddedOutputRows) {
@@ -258,6 +177,18 @@ TEST(EmuGemmAllToAll, PaddedOutputRows) {
       EXPECT_TRUE(same_bits(ref_out[r], emu_out[r]))
           << "mode " << fusedcoll::to_string(mode) << " rank " << r;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GemvAllReduce (its runtime-level cases are in emu_runtime_test.cpp)
+
+TEST(EmuGemvAllReduce, MatchesRefAcrossWorldsAndModes) {
+  for (int P : kWorldSizes) gemv_grid(P, [](const auto& pb, Mode mode) { run_case(pb, mode, 2); });
+}
+
+TEST(EmuGemvAllReduce, SingleResidentWorkgroup) {
+  for (Mode mode : kModes)
+    for (int P : {2, 4}) run_case(gemv_problem(P, 3, 130, 41, true), mode, 1, 0, /*resident=*/1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,7 +318,7 @@ TEST(EmuFuzz, EmbeddingAllToAll) {
       const int P = kFuzzWorlds[seed % 4];
       EmbeddingProblem pb = emb_problem(P, static_cast<int>(seed % 6), seed);
       for (auto& b : pb.batch_sizes) b = std::min<std::int64_t>(b, 20);
-      check_embedding(pb, 1 + static_cast<int>(seed % 2), mode, seed);
+      run_case(pb, mode, 1 + static_cast<int>(seed % 2), seed);
       if (HasFailure()) return;
     }
 }
@@ -398,7 +329,7 @@ TEST(EmuFuzz, GemmAllToAll) {
       const int P = kFuzzWorlds[seed % 4];
       GemmProblem pb = gemm_problem(P, static_cast<int>(seed % 4), seed);
       pb.random_routing(20);
-      check_gemm(pb, 1 + static_cast<int>(seed % 2), mode, seed);
+      run_case(pb, mode, 1 + static_cast<int>(seed % 2), seed);
       if (HasFailure()) return;
     }
 }

@@ -21,12 +21,12 @@
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/mpi.hpp"
 #include "fusedcoll/ref.hpp"
-#include "tests/common/op_problems.hpp"
+#include "tests/common/op_cases.hpp"
 #include "tests/mpi/mpi_world.hpp"
 
 namespace {
 
-using namespace fctest::ops;  // emb_problem, gemm_problem, describe, place, batches
+using namespace fctest::ops;  // OpCase, the grids, emb_problem, gemv_problem, gemm_problem
 using fusedcoll::AllReduceAlgo;
 using fusedcoll::Communicator;
 using fusedcoll::DType;
@@ -38,7 +38,6 @@ using fusedcoll::PoolingMode;
 using fusedcoll::ReduceOp;
 using fusedcoll::ValueMode;
 
-constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out};
 
 int me() { return fctest::world().rank(); }
 int world_size() { return fctest::world().size(); }
@@ -63,52 +62,31 @@ int world_size() { return fctest::world().size(); }
 
 // --- EmbeddingAllToAll ------------------------------------------------------------------------
 
-void check_embedding(Communicator& comm, const EmbeddingProblem& pb, Mode mode) {
-  SCOPED_TRACE(describe(pb) + " mode=" + fusedcoll::to_string(mode));
-  auto ref_world = fusedcoll::make_world(pb);
-  fusedcoll::ref::embedding_alltoall(fusedcoll::args_of(ref_world));
-  fusedcoll::EmbeddingRankData mine(pb, comm.rank());
-  fusedcoll::embedding_alltoall(comm, mine.args(), mode);
-  EXPECT_TRUE(same_bits(mine.output, ref_world[comm.rank()].output));
+/// This rank's call of `pb` in `mode` on `comm`, its output checked against ref/'s (every rank
+/// builds the whole world from the seed; tests/common/op_cases.hpp).
+template <class Problem>
+void run_case(Communicator& comm, const Problem& pb, Mode mode) {
+  OpCase<Problem> c(pb, mode);
+  SCOPED_TRACE(c.what());
+  c.call(comm);
+  EXPECT_TRUE(c.same_as_ref(comm.rank()));
 }
 
-TEST(MpiEmbeddingAllToAll, MatchesRefInEveryMode) {
-  std::uint64_t seed = 100;
-  for (int variant = 0; variant < 6; ++variant) {
-    const EmbeddingProblem pb = emb_problem(world_size(), variant, ++seed);
-    for (Mode mode : kModes) check_embedding(fctest::world(), pb, mode);
-  }
+/// The same for the suite's whole-world communicator.
+auto on_world() {
+  return [](const auto& pb, Mode mode) { run_case(fctest::world(), pb, mode); };
 }
 
-TEST(MpiEmbeddingAllToAll, EdgeShapes) {
-  const int P = world_size();
-  for (Mode mode : kModes) {
-    EmbeddingProblem pb = emb_problem(P, 0, 7);
-    pb.dim = 0;
-    check_embedding(fctest::world(), pb, mode);
-    pb = emb_problem(P, 2, 8);
-    pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
-    check_embedding(fctest::world(), pb, mode);
-    pb = emb_problem(P, 1, 9);
-    pb.owner.clear();
-    pb.table_rows.clear();
-    check_embedding(fctest::world(), pb, mode);
-    pb = emb_problem(P, 0, 10);
-    pb.min_bag = pb.max_bag = 0;
-    check_embedding(fctest::world(), pb, mode);
-    pb = emb_problem(P, 3, 11);
-    pb.batch_sizes.assign(static_cast<std::size_t>(P), 0);
-    pb.batch_sizes[static_cast<std::size_t>(P - 1)] = 50;
-    check_embedding(fctest::world(), pb, mode);
-  }
-}
+TEST(MpiEmbeddingAllToAll, MatchesRefInEveryMode) { embedding_grid(world_size(), on_world()); }
+
+TEST(MpiEmbeddingAllToAll, EdgeShapes) { embedding_edge_shapes(world_size(), on_world()); }
 
 TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
   // [B, T, D] = [~600, 12, 64] floats per receiver: several MiB of window, several tiles each.
   EmbeddingProblem pb = EmbeddingProblem::dlrm(world_size());
   pb.table_rows.assign(pb.table_rows.size(), 500);
   pb.max_bag = 8;
-  for (Mode mode : kModes) check_embedding(fctest::world(), pb, mode);
+  every_mode(pb, on_world());
 }
 
 TEST(MpiEmbeddingAllToAll, PaddedOutputViews) {
@@ -145,96 +123,25 @@ TEST(MpiEmbeddingAllToAll, SingleWorkgroup) {
   fusedcoll::mpi::Options o;
   o.workgroups = 1;
   Communicator one = fusedcoll::mpi::make_communicator(MPI_COMM_WORLD, o);
-  for (Mode mode : kModes) check_embedding(one, emb_problem(world_size(), 4, 31), mode);
+  every_mode(emb_problem(world_size(), 4, 31), [&](const auto& pb, Mode mode) { run_case(one, pb, mode); });
 }
 
 // --- GemvAllReduce ----------------------------------------------------------------------------
 
-GemvProblem gemv_problem(int P, std::int64_t m, std::int64_t n, std::uint64_t seed, bool zero_k) {
-  GemvProblem pb;
-  pb.world_size = P;
-  pb.m = m;
-  pb.n = n;
-  for (int p = 0; p < P; ++p)
-    pb.k_splits.push_back(zero_k && p % 2 == 0 ? 0
-                                               : 1 + static_cast<std::int64_t>(
-                                                         fusedcoll::hash_draw(seed, 3, p, 0) % 90));
-  pb.values = seed % 2 ? ValueMode::random : ValueMode::integer;
-  pb.seed = seed;
-  return pb;
-}
-
-void check_gemv(Communicator& comm, const GemvProblem& pb, Mode mode) {
-  std::ostringstream what;
-  what << "P=" << pb.world_size << " m=" << pb.m << " n=" << pb.n << " k=[";
-  for (auto k : pb.k_splits) what << k << " ";
-  what << "] seed=" << pb.seed << " mode=" << fusedcoll::to_string(mode);
-  SCOPED_TRACE(what.str());
-  auto ref_world = fusedcoll::make_world(pb);
-  fusedcoll::ref::gemv_allreduce(fusedcoll::args_of(ref_world));
-  fusedcoll::GemvRankData mine(pb, comm.rank());
-  fusedcoll::gemv_allreduce(comm, mine.args(), mode);
-  EXPECT_TRUE(same_bits(mine.y, ref_world[comm.rank()].y));
-}
-
-TEST(MpiGemvAllReduce, MatchesRefInEveryMode) {
-  const int P = world_size();
-  std::uint64_t seed = 300;
-  for (std::int64_t m : {1, 3, 16})
-    for (std::int64_t n : {0, 1, 5, 130, 1000})
-      for (bool zero_k : {false, true}) {
-        const GemvProblem pb = gemv_problem(P, m, n, ++seed, zero_k);
-        for (Mode mode : kModes) check_gemv(fctest::world(), pb, mode);
-      }
-}
+TEST(MpiGemvAllReduce, MatchesRefInEveryMode) { gemv_grid(world_size(), on_world()); }
 
 TEST(MpiGemvAllReduce, TransformerShape) {
   GemvProblem pb = GemvProblem::transformer(world_size());
   pb.n = 1024;  // keep the test quick; several tiles per owner chunk still
   pb.k_splits = fusedcoll::split_evenly(2048, world_size());
-  for (Mode mode : kModes) check_gemv(fctest::world(), pb, mode);
+  every_mode(pb, on_world());
 }
 
 // --- GemmAllToAll -----------------------------------------------------------------------------
 
-void check_gemm(Communicator& comm, const GemmProblem& pb, Mode mode) {
-  std::ostringstream what;
-  what << "P=" << pb.world_size << " K=" << pb.k << " N=" << pb.n << " host=[";
-  for (int h : pb.host) what << h << " ";
-  what << "] seed=" << pb.seed << " mode=" << fusedcoll::to_string(mode);
-  SCOPED_TRACE(what.str());
-  auto ref_world = fusedcoll::make_world(pb);
-  fusedcoll::ref::gemm_alltoall(fusedcoll::args_of(ref_world));
-  fusedcoll::GemmRankData mine(pb, comm.rank());
-  fusedcoll::gemm_alltoall(comm, mine.args(), mode);
-  EXPECT_TRUE(same_bits(mine.output, ref_world[comm.rank()].output));
-}
+TEST(MpiGemmAllToAll, MatchesRefInEveryMode) { gemm_grid(world_size(), on_world()); }
 
-TEST(MpiGemmAllToAll, MatchesRefInEveryMode) {
-  std::uint64_t seed = 500;
-  for (int variant = 0; variant < 5; ++variant) {
-    const GemmProblem pb = gemm_problem(world_size(), variant, ++seed);
-    for (Mode mode : kModes) check_gemm(fctest::world(), pb, mode);
-  }
-}
-
-TEST(MpiGemmAllToAll, EdgeShapes) {
-  const int P = world_size();
-  for (Mode mode : kModes) {
-    GemmProblem pb = gemm_problem(P, 0, 41);
-    pb.k = 0;  // every output row is +0.0f
-    check_gemm(fctest::world(), pb, mode);
-    pb = gemm_problem(P, 1, 42);
-    pb.n = 0;
-    check_gemm(fctest::world(), pb, mode);
-    pb = gemm_problem(P, 2, 43);
-    pb.counts.assign(pb.counts.size(), 0);  // nothing routed anywhere
-    check_gemm(fctest::world(), pb, mode);
-    pb = gemm_problem(P, 3, 44);
-    pb.host.assign(pb.host.size(), P - 1);  // one rank hosts every expert
-    check_gemm(fctest::world(), pb, mode);
-  }
-}
+TEST(MpiGemmAllToAll, EdgeShapes) { gemm_edge_shapes(world_size(), on_world()); }
 
 // --- Agreement and validation -----------------------------------------------------------------
 
@@ -269,7 +176,7 @@ TEST(MpiAgreement, ShapeMismatchFailsOnEveryRankBeforeDataMoves) {
                  "disagree on n");
   EXPECT_TRUE(same_bits(mine.y, before)) << "output written although the call was rejected";
   // Nothing moved, so the communicator is still good.
-  check_gemv(fctest::world(), gemv_problem(world_size(), 2, 64, 8, false), Mode::scale_up);
+  run_case(fctest::world(), gemv_problem(world_size(), 2, 64, 8, false), Mode::scale_up);
 }
 
 TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
@@ -282,7 +189,7 @@ TEST(MpiAgreement, InvalidCallOnOneRankIsReportedOnEveryRank) {
   const std::string needle =
       me() == bad ? std::string("output") : fusedcoll::detail::make_string("rank ", bad, "'s call");
   expect_invalid([&] { fusedcoll::gemm_alltoall(fctest::world(), args, Mode::scale_out); }, needle);
-  check_gemm(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
+  run_case(fctest::world(), gemm_problem(world_size(), 2, 78), Mode::scale_out);
 }
 
 // --- Outputs in SymmetricBuffers -----------------------------------------------------------------
@@ -404,7 +311,7 @@ TEST(MpiAgreement, MismatchedWireIsInvalidOnEveryRank) {
       },
       "wire format");
   EXPECT_EQ(recv, std::vector<float>(10, 0.0f)) << "rank " << me() << ": output written";
-  check_gemm(fctest::world(), gemm_problem(world_size(), 2, 79), Mode::scale_out);
+  run_case(fctest::world(), gemm_problem(world_size(), 2, 79), Mode::scale_out);
 }
 
 TEST(MpiAgreement, DifferentModesAreAMismatch) {
@@ -414,7 +321,7 @@ TEST(MpiAgreement, DifferentModesAreAMismatch) {
   const Mode mode = me() == 0 ? Mode::scale_up : Mode::scale_out;
   expect_invalid([&] { fusedcoll::embedding_alltoall(fctest::world(), mine.args(), mode); },
                  "collective call mismatch");
-  check_embedding(fctest::world(), pb, Mode::scale_out);
+  run_case(fctest::world(), pb, Mode::scale_out);
 }
 
 }  // namespace
