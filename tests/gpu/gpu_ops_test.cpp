@@ -20,6 +20,7 @@
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
+#include "tests/common/op_cases.hpp"
 #include "tests/gpu/signal_probe.hpp"
 
 namespace {
@@ -80,6 +81,27 @@ std::vector<std::int64_t> batches(int P, int salt) {
   return b;
 }
 
+void run_on(fc::gpu::World& gpu, const std::vector<fc::EmbeddingAllToAllArgs>& a, Mode m) {
+  gpu.embedding_alltoall(a, m);
+}
+void run_on(fc::gpu::World& gpu, const std::vector<fc::GemvAllReduceArgs>& a, Mode m) {
+  gpu.gemv_allreduce(a, m);
+}
+void run_on(fc::gpu::World& gpu, const std::vector<fc::GemmAllToAllArgs>& a, Mode m) {
+  gpu.gemm_alltoall(a, m);
+}
+
+/// Runs `pb` on the GPU world and every rank's output against ref/'s (the case, its world and
+/// ref/'s result are tests/common/op_cases.hpp's, as in the emu and MPI suites).
+template <class Problem>
+void check(fc::gpu::World& gpu, const Problem& pb, Mode mode, const std::string& what) {
+  fctest::ops::OpCase<Problem> c(pb, mode);
+  run_on(gpu, c.args, mode);
+  for (int r = 0; r < pb.world_size; ++r)
+    expect_close(c.output(r), c.expected(r), pb.values,
+                 what + " mode=" + fc::to_string(mode) + " rank " + std::to_string(r));
+}
+
 // ---------------------------------------------------------------------------------------------
 // EmbeddingAllToAll
 
@@ -102,20 +124,6 @@ fc::EmbeddingProblem emb_problem(int P, int variant, ValueMode values) {
   return pb;
 }
 
-void check_embedding(fc::gpu::World& gpu, const fc::EmbeddingProblem& pb, Mode mode,
-                     const std::string& what) {
-  auto want = fc::make_world(pb);
-  auto got = fc::make_world(pb);
-  for (auto& r : want) fc::poison(r.output.data(), r.output.size() * sizeof(float));
-  for (auto& r : got) fc::poison(r.output.data(), r.output.size() * sizeof(float));
-  const auto want_args = fc::args_of(want);
-  const auto got_args = fc::args_of(got);
-  fc::ref::embedding_alltoall(want_args);
-  gpu.embedding_alltoall(got_args, mode);
-  for (int r = 0; r < pb.world_size; ++r)
-    expect_close(got[r].output, want[r].output, pb.values,
-                 what + " mode=" + fc::to_string(mode) + " rank " + std::to_string(r));
-}
 
 TEST(GpuEmbedding, MatchesRefEveryModeAndWorldSize) {
   FC_REQUIRE_GPU();
@@ -124,7 +132,7 @@ TEST(GpuEmbedding, MatchesRefEveryModeAndWorldSize) {
     for (int variant = 0; variant < 3; ++variant)
       for (ValueMode values : {ValueMode::integer, ValueMode::random})
         for (Mode mode : kModes)
-          check_embedding(gpu, emb_problem(P, variant, values), mode,
+          check(gpu, emb_problem(P, variant, values), mode,
                           "P=" + std::to_string(P) + " variant " + std::to_string(variant) +
                               (values == ValueMode::integer ? " integer" : " random"));
   }
@@ -139,7 +147,7 @@ TEST(GpuEmbedding, EmptyShapes) {
       if (shape == 0) pb.dim = 0;
       if (shape == 1) std::fill(pb.batch_sizes.begin(), pb.batch_sizes.end(), 0);
       if (shape == 2) std::fill(pb.owner.begin(), pb.owner.end(), P - 1);  // ranks without tables
-      for (Mode mode : kModes) check_embedding(gpu, pb, mode, "empty shape " + std::to_string(shape));
+      for (Mode mode : kModes) check(gpu, pb, mode, "empty shape " + std::to_string(shape));
     }
   }
 }
@@ -150,7 +158,7 @@ TEST(GpuEmbedding, DlrmSizeAndRepeatedCalls) {
   fc::EmbeddingProblem pb = fc::EmbeddingProblem::dlrm(8);
   pb.values = ValueMode::integer;
   for (int rep = 0; rep < 2; ++rep)  // cumulative slot targets across calls
-    for (Mode mode : kModes) check_embedding(gpu, pb, mode, "dlrm rep " + std::to_string(rep));
+    for (Mode mode : kModes) check(gpu, pb, mode, "dlrm rep " + std::to_string(rep));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,19 +177,6 @@ fc::GemvProblem gemv_problem(int P, int variant, ValueMode values) {
   return pb;
 }
 
-void check_gemv(fc::gpu::World& gpu, const fc::GemvProblem& pb, Mode mode, const std::string& what) {
-  auto want = fc::make_world(pb);
-  auto got = fc::make_world(pb);
-  for (auto& r : want) fc::poison(r.y.data(), r.y.size() * sizeof(float));
-  for (auto& r : got) fc::poison(r.y.data(), r.y.size() * sizeof(float));
-  const auto want_args = fc::args_of(want);
-  const auto got_args = fc::args_of(got);
-  fc::ref::gemv_allreduce(want_args);
-  gpu.gemv_allreduce(got_args, mode);
-  for (int r = 0; r < pb.world_size; ++r)
-    expect_close(got[r].y, want[r].y, pb.values,
-                 what + " mode=" + fc::to_string(mode) + " rank " + std::to_string(r));
-}
 
 TEST(GpuGemv, MatchesRefEveryModeAndWorldSize) {
   FC_REQUIRE_GPU();
@@ -190,7 +185,7 @@ TEST(GpuGemv, MatchesRefEveryModeAndWorldSize) {
     for (int variant = 0; variant < 4; ++variant)
       for (ValueMode values : {ValueMode::integer, ValueMode::random})
         for (Mode mode : kModes)
-          check_gemv(gpu, gemv_problem(P, variant, values), mode,
+          check(gpu, gemv_problem(P, variant, values), mode,
                      "P=" + std::to_string(P) + " variant " + std::to_string(variant) +
                          (values == ValueMode::integer ? " integer" : " random"));
   }
@@ -202,7 +197,7 @@ TEST(GpuGemv, TransformerSize) {
   for (ValueMode values : {ValueMode::integer, ValueMode::random}) {
     fc::GemvProblem pb = fc::GemvProblem::transformer(4);
     pb.values = values;
-    for (Mode mode : kModes) check_gemv(gpu, pb, mode, "transformer");
+    for (Mode mode : kModes) check(gpu, pb, mode, "transformer");
   }
 }
 
@@ -212,7 +207,7 @@ TEST(GpuGemv, NSmallerThanWorldAndEmpty) {
   for (std::int64_t n : {0, 3}) {
     fc::GemvProblem pb = gemv_problem(8, 1, ValueMode::integer);
     pb.n = n;
-    for (Mode mode : kModes) check_gemv(gpu, pb, mode, "N=" + std::to_string(n));
+    for (Mode mode : kModes) check(gpu, pb, mode, "N=" + std::to_string(n));
   }
 }
 
@@ -234,19 +229,6 @@ fc::GemmProblem gemm_problem(int P, int variant, ValueMode values) {
   return pb;
 }
 
-void check_gemm(fc::gpu::World& gpu, const fc::GemmProblem& pb, Mode mode, const std::string& what) {
-  auto want = fc::make_world(pb);
-  auto got = fc::make_world(pb);
-  for (auto& r : want) fc::poison(r.output.data(), r.output.size() * sizeof(float));
-  for (auto& r : got) fc::poison(r.output.data(), r.output.size() * sizeof(float));
-  const auto want_args = fc::args_of(want);
-  const auto got_args = fc::args_of(got);
-  fc::ref::gemm_alltoall(want_args);
-  gpu.gemm_alltoall(got_args, mode);
-  for (int r = 0; r < pb.world_size; ++r)
-    expect_close(got[r].output, want[r].output, pb.values,
-                 what + " mode=" + fc::to_string(mode) + " rank " + std::to_string(r));
-}
 
 TEST(GpuGemm, MatchesRefEveryModeAndWorldSize) {
   FC_REQUIRE_GPU();
@@ -255,7 +237,7 @@ TEST(GpuGemm, MatchesRefEveryModeAndWorldSize) {
     for (int variant = 0; variant < 4; ++variant)
       for (ValueMode values : {ValueMode::integer, ValueMode::random})
         for (Mode mode : kModes)
-          check_gemm(gpu, gemm_problem(P, variant, values), mode,
+          check(gpu, gemm_problem(P, variant, values), mode,
                      "P=" + std::to_string(P) + " variant " + std::to_string(variant) +
                          (values == ValueMode::integer ? " integer" : " random"));
   }
@@ -267,7 +249,7 @@ TEST(GpuGemm, MoeSize) {
   for (ValueMode values : {ValueMode::integer, ValueMode::random}) {
     fc::GemmProblem pb = fc::GemmProblem::moe(4);
     pb.values = values;
-    for (Mode mode : kModes) check_gemm(gpu, pb, mode, "moe");
+    for (Mode mode : kModes) check(gpu, pb, mode, "moe");
   }
 }
 
