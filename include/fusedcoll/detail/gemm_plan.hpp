@@ -31,21 +31,30 @@ struct Tile {
   std::int64_t r0 = 0, r1 = 0, n0 = 0, n1 = 0;
 };
 
-/// Everything the agreed arguments say about the whole problem. Row counts are in rows of N
-/// floats.
+/// Everything the agreed arguments say about the whole problem, seen from rank `me`. Row counts
+/// are in rows of N floats. Layouts: host h's staging area holds its slice for each source s (the
+/// rows of every expert h hosts that s routed, expert by expert) one after another by source, so
+/// a slice is one contiguous put; source s's receive area holds every host's slice for s one
+/// after another by host, and the rows go to expert order in s's output only on the copy out.
 struct Plan {
-  int P = 1;
-  int me = 0;
+  int P = 1;   ///< world size
+  int me = 0;  ///< the rank this plan's tile list is for
   std::int64_t E = 0, K = 0, N = 0;
-  std::vector<int> host;
-  std::vector<std::int64_t> counts;
-  std::vector<std::vector<int>> experts_of;        // [P]: experts hosted, increasing id
-  std::vector<std::vector<std::int64_t>> a0;       // [P][E]: first row of s's block in A_e
-  std::vector<std::vector<std::int64_t>> o0;       // [P][E]: first row of e's block in output_s
-  std::vector<std::vector<std::int64_t>> so;       // [P][E]: e's rows within host[e]'s slice for s
-  std::vector<std::vector<std::int64_t>> rows;     // [h][s]: rows h computes for s
-  std::vector<std::vector<std::int64_t>> stage_at; // [h][s]: where h's slice for s starts in h's stage
-  std::vector<std::vector<std::int64_t>> recv_at;  // [h][s]: where h's slice starts in s's recv
+  std::vector<int> host;             ///< [E] the rank that hosts expert e
+  std::vector<std::int64_t> counts;  ///< [P * E] rows source s routed to expert e
+  std::vector<std::vector<int>> experts_of;  ///< [P] experts each rank hosts, increasing id: j -> e
+  /// [P][E] first row of s's block in A_e (the host's input stacks the sources in rank order).
+  std::vector<std::vector<std::int64_t>> a0;
+  /// [P][E] first row of e's block in output_s (s's output lists experts in id order).
+  std::vector<std::vector<std::int64_t>> o0;
+  /// [P][E] where e's rows start within host[e]'s slice for s.
+  std::vector<std::vector<std::int64_t>> so;
+  /// [h][s] rows host h computes for source s: a slice's size, and what s's copy-out expects.
+  std::vector<std::vector<std::int64_t>> rows;
+  /// [h][s] where h's slice for s starts in h's staging area.
+  std::vector<std::vector<std::int64_t>> stage_at;
+  /// [h][s] where h's slice lands in s's receive area.
+  std::vector<std::vector<std::int64_t>> recv_at;
 
   Plan(const GemmAllToAllArgs& a, int rank, int size)
       : P(size), me(rank), E(static_cast<std::int64_t>(a.host.size())), K(a.k), N(a.n),
