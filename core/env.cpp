@@ -52,6 +52,15 @@ Env Env::from_environment() {
   };
   number("FUSEDCOLL_LINK_GBPS", e.link_gbps, "a bandwidth in GB/s");
   number("FUSEDCOLL_LINK_US", e.link_latency_us, "a latency in microseconds");
+  if (const char* v = std::getenv("FUSEDCOLL_CLOCK")) {
+    const std::string_view s(v);
+    if (s == "virtual") e.virtual_clock = true;
+    else if (s == "wall" || s.empty()) e.virtual_clock = false;
+    else
+      e.problems.push_back(
+          detail::make_string("FUSEDCOLL_CLOCK='", s, "' is not one of wall, virtual"));
+  }
+  if (const char* v = std::getenv("FUSEDCOLL_PRESET")) e.preset = v;
   if (const char* v = std::getenv("FUSEDCOLL_CHECK_PROTOCOL")) {
     const std::string_view s(v);
     if (s == "1" || s == "on") e.check_protocol = true;

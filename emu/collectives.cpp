@@ -104,7 +104,10 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
       const Span s = tile_of(spec.len[me], te, t);
       const std::size_t bytes = bytes_of(s.length, elem);
       std::byte* acc = wg.local(out) + bytes_of(my_base + s.begin, elem);
-      wg.compute("reduce", [&] {
+      wg.compute("reduce",
+                 {model::copy(static_cast<int64_t>(bytes)),
+                  model::reduce(s.length * (P - 1), static_cast<int64_t>(elem))},
+                 [&] {
         auto value_of = [&](int p) -> const std::byte* {
           return p == me ? send + bytes_of(spec.off[me] + s.begin, elem)
                          : wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, elem), bytes);
@@ -121,7 +124,7 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
             wg.put_signal(q, out, bytes_of(my_base + s.begin, elem), acc, bytes,
                           out_slot + me * kMaxTiles + t, SignalOp::add, 1);
       // Own contribution to this tile was read above; the in-place recv may now be written.
-      copy_bytes(recv + bytes_of(my_base + s.begin, elem), acc, bytes);
+      copy_span(wg, recv + bytes_of(my_base + s.begin, elem), acc, bytes);
     }
     // 3. Gather: copy the other owners' results out of scratch as their tiles arrive.
     for (std::size_t i = w; i < collect.size(); i += G) {
@@ -130,7 +133,7 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
       co_await wg.wait_until(out_slot + slot, Cmp::ge, out_target[slot]);
       const Span s = tile_of(spec.len[q], te, t);
       const std::size_t at = bytes_of(spec.off[q] + s.begin, elem);
-      copy_bytes(recv + at, wg.read(out, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
+      copy_span(wg, recv + at, wg.read(out, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
     }
     co_return;
   });
@@ -192,7 +195,7 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
         co_await wg.wait_until(rs_slot + s * kMaxTiles + t, Cmp::ge, rs_target[s * nt + t]);
         const Span sp = tile_of(len[c_recv], te, t);
         std::byte* acc = wg.read(rs, region(s) + bytes_of(sp.begin, elem), bytes_of(sp.length, elem));
-        wg.compute("reduce", [&] {
+        wg.compute("reduce", {model::reduce(sp.length, static_cast<int64_t>(elem))}, [&] {
           fusedcoll::detail::reduce_into(acc, send + bytes_of(off[c_recv] + sp.begin, elem),
                                          sp.length, args.dtype, args.op);
           if (s == steps - 1 && args.op == ReduceOp::avg)
@@ -213,7 +216,7 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
           co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
                                  ag_target[(g - 1) * nt + t]);
           src = wg.read(ag, at, bytes);
-          copy_bytes(recv + at, src, bytes);
+          copy_span(wg, recv + at, src, bytes);
         }
         wg.put_signal(next, ag, at, src, bytes, ag_slot + g * kMaxTiles + t, SignalOp::add, 1);
       }
@@ -224,9 +227,9 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
                              ag_target[(steps - 1) * nt + t]);
       const Span sp = tile_of(len[c_last], te, t);
       const std::size_t at = bytes_of(off[c_last] + sp.begin, elem);
-      copy_bytes(recv + at, wg.read(ag, at, bytes_of(sp.length, elem)), bytes_of(sp.length, elem));
+      copy_span(wg, recv + at, wg.read(ag, at, bytes_of(sp.length, elem)), bytes_of(sp.length, elem));
       const Span mine = tile_of(len[me], te, t);
-      copy_bytes(recv + bytes_of(off[me] + mine.begin, elem), fin + bytes_of(mine.begin, elem),
+      copy_span(wg, recv + bytes_of(off[me] + mine.begin, elem), fin + bytes_of(mine.begin, elem),
                  bytes_of(mine.length, elem));
     }
     co_return;
@@ -254,7 +257,7 @@ void exchange(Rank& rk, const Exchange& ex, DType dtype, const void* send_buf, v
       const Span s = tile_of(n, tile_elems(n, elem), t);
       const std::byte* src = send + bytes_of(ex.send_at[q] + s.begin, elem);
       if (q == me)  // skipped in place
-        copy_bytes(recv + bytes_of(ex.recv_at[me] + s.begin, elem), src, bytes_of(s.length, elem));
+        copy_span(wg, recv + bytes_of(ex.recv_at[me] + s.begin, elem), src, bytes_of(s.length, elem));
       else
         wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, elem), src, bytes_of(s.length, elem),
                       slot + me * kMaxTiles + t, SignalOp::add, 1);
@@ -264,9 +267,9 @@ void exchange(Rank& rk, const Exchange& ex, DType dtype, const void* send_buf, v
       co_await wg.wait_until(slot + p * kMaxTiles + t, Cmp::ge, target[p * kMaxTiles + t]);
       const int64_t n = ex.recv_len[p];
       const Span s = tile_of(n, tile_elems(n, elem), t);
-      copy_bytes(recv + bytes_of(ex.recv_at[p] + s.begin, elem),
-                 wg.read(box, bytes_of(ex.box_at[p] + s.begin, elem), bytes_of(s.length, elem)),
-                 bytes_of(s.length, elem));
+      copy_span(wg, recv + bytes_of(ex.recv_at[p] + s.begin, elem),
+                wg.read(box, bytes_of(ex.box_at[p] + s.begin, elem), bytes_of(s.length, elem)),
+                bytes_of(s.length, elem));
     }
     co_return;
   });
@@ -386,9 +389,9 @@ void broadcast(Rank& rk, const BroadcastArgs& args) {
       const std::size_t at = bytes_of(s.begin, elem), bytes = bytes_of(s.length, elem);
       if (me != root) {
         co_await wg.wait_until(slot + t, Cmp::ge, target[t]);
-        copy_bytes(recv + at, wg.read(box, at, bytes), bytes);
+        copy_span(wg, recv + at, wg.read(box, at, bytes), bytes);
       } else if (q == me) {
-        copy_bytes(recv + at, send + at, bytes);  // skipped in place
+        copy_span(wg, recv + at, send + at, bytes);  // skipped in place
       } else {
         wg.put_signal(q, box, at, send + at, bytes, slot + t, SignalOp::add, 1);
       }

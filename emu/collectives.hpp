@@ -61,6 +61,13 @@ inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
+/// `copy_bytes` as a costed span of `wg` (virtual time, docs/simulation.md).
+inline void copy_span(WgContext& wg, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  wg.compute("copy", {model::copy(static_cast<int64_t>(bytes))},
+             [&] { copy_bytes(dst, src, bytes); });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Owner reduction: rank q folds part q (off[q], len[q]) of every rank's send buffer in rank
 // order. The engine of AllReduce `direct` (parts = chunk_of, then an all-gather of the results)

@@ -24,6 +24,14 @@ namespace {
 
 using fusedcoll::detail::WirePlan;
 
+/// The cost model's view of encoding / decoding `n` values with `plan`.
+model::Work enc_work(const WirePlan& plan, int64_t n) {
+  return model::encode(plan.format, n, !plan.scales.empty());
+}
+model::Work dec_work(const WirePlan& plan, int64_t n) {
+  return model::decode(plan.format, n, !plan.scales.empty());
+}
+
 /// Agrees the scales: this rank's amax table (of `segments`, each {data, length}, indices from
 /// `first`), a max-AllReduce of the tables through the host rendezvous, then the plan. The plan
 /// is built after the barrier, so that a NaN amax throws InvalidArgument on every rank alike once
@@ -88,7 +96,9 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
       const Span s = tile_of(spec.len[q], te, t);
       const int64_t first = spec.off[q] + s.begin;
       enc.resize(bytes_of(s.length, we));
-      fusedcoll::detail::wire_encode(plan, spec.y + first, first, s.length, enc.data());
+      wg.compute("encode", {enc_work(plan, s.length)}, [&] {
+        fusedcoll::detail::wire_encode(plan, spec.y + first, first, s.length, enc.data());
+      });
       wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, we), enc.data(), enc.size(),
                     in_slot + t, SignalOp::add, 1);
     }
@@ -102,7 +112,10 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
       const std::size_t wbytes = bytes_of(s.length, we);
       acc.resize(static_cast<std::size_t>(s.length));
       val.resize(static_cast<std::size_t>(s.length));
-      wg.compute("reduce", [&] {
+      wg.compute("reduce",
+                 {enc_work(plan, s.length), dec_work(plan, s.length * P),
+                  model::reduce(s.length * (P - 1))},
+                 [&] {
         auto value_of = [&](int p, float* dst) {
           if (p == me) {
             std::copy_n(spec.y + first, s.length, dst);
@@ -123,14 +136,17 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
       });
       if (spec.gather) {
         std::byte* fin = wg.local(out) + bytes_of(first, we);
-        fusedcoll::detail::wire_encode(plan, acc.data(), first, s.length, fin);
+        wg.compute("encode", {enc_work(plan, s.length)},
+                   [&] { fusedcoll::detail::wire_encode(plan, acc.data(), first, s.length, fin); });
         for (int q : order)
           if (q != me)
             wg.put_signal(q, out, bytes_of(first, we), fin, wbytes, out_slot + me * kMaxTiles + t,
                           SignalOp::add, 1);
-        fusedcoll::detail::wire_decode(plan, fin, first, s.length, spec.recv + first);
+        wg.compute("decode", {dec_work(plan, s.length)}, [&] {
+          fusedcoll::detail::wire_decode(plan, fin, first, s.length, spec.recv + first);
+        });
       } else {
-        copy_bytes(spec.recv + s.begin, acc.data(), bytes_of(s.length, sizeof(float)));
+        copy_span(wg, spec.recv + s.begin, acc.data(), bytes_of(s.length, sizeof(float)));
       }
     }
     // 3. Gather: decode the other owners' finished parts as their tiles arrive.
@@ -140,8 +156,9 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
       co_await wg.wait_until(out_slot + slot, Cmp::ge, out_target[slot]);
       const Span s = tile_of(spec.len[q], te, t);
       const int64_t at = spec.off[q] + s.begin;
-      fusedcoll::detail::wire_decode(plan, wg.read(out, bytes_of(at, we), bytes_of(s.length, we)),
-                                     at, s.length, spec.recv + at);
+      const std::byte* got = wg.read(out, bytes_of(at, we), bytes_of(s.length, we));
+      wg.compute("decode", {dec_work(plan, s.length)},
+                 [&] { fusedcoll::detail::wire_decode(plan, got, at, s.length, spec.recv + at); });
     }
     co_return;
   });
@@ -194,7 +211,8 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         const int64_t first = off[c_send] + sp.begin;
         const float* src = s == 0 ? y + first : acc.data() + region(s - 1) + sp.begin;
         enc.resize(bytes_of(sp.length, we));
-        fusedcoll::detail::wire_encode(plan, src, first, sp.length, enc.data());
+        wg.compute("encode", {enc_work(plan, sp.length)},
+                   [&] { fusedcoll::detail::wire_encode(plan, src, first, sp.length, enc.data()); });
         wg.put_signal(next, rs, bytes_of(region(s) + sp.begin, we), enc.data(), enc.size(),
                       rs_slot + s * kMaxTiles + t, SignalOp::add, 1);
       }
@@ -205,7 +223,7 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         float* a = acc.data() + region(s) + sp.begin;
         const std::byte* got =
             wg.read(rs, bytes_of(region(s) + sp.begin, we), bytes_of(sp.length, we));
-        wg.compute("reduce", [&] {
+        wg.compute("reduce", {dec_work(plan, sp.length), model::reduce(sp.length)}, [&] {
           fusedcoll::detail::wire_decode(plan, got, first, sp.length, a);
           fusedcoll::detail::reduce_into(a, y + first, sp.length, DType::f32, args.op);
           if (s == steps - 1 && fusedcoll::detail::divides_after(args.op, args.wire))
@@ -225,14 +243,16 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         const std::byte* src;
         if (g == 0) {
           std::byte* mine = wg.local(ag) + bytes_of(at, we);
-          fusedcoll::detail::wire_encode(plan, fin + sp.begin, at, sp.length, mine);
+          wg.compute("encode", {enc_work(plan, sp.length)},
+                     [&] { fusedcoll::detail::wire_encode(plan, fin + sp.begin, at, sp.length, mine); });
           src = mine;
         } else {
           co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
                                  ag_target[(g - 1) * nt + t]);
           src = wg.read(ag, bytes_of(at, we), bytes);
         }
-        fusedcoll::detail::wire_decode(plan, src, at, sp.length, recv + at);
+        wg.compute("decode", {dec_work(plan, sp.length)},
+                   [&] { fusedcoll::detail::wire_decode(plan, src, at, sp.length, recv + at); });
         wg.put_signal(next, ag, bytes_of(at, we), src, bytes, ag_slot + g * kMaxTiles + t,
                       SignalOp::add, 1);
       }
@@ -243,8 +263,9 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                              ag_target[(steps - 1) * nt + t]);
       const Span sp = tile_of(len[c_last], te, t);
       const int64_t at = off[c_last] + sp.begin;
-      fusedcoll::detail::wire_decode(plan, wg.read(ag, bytes_of(at, we), bytes_of(sp.length, we)),
-                                     at, sp.length, recv + at);
+      const std::byte* got = wg.read(ag, bytes_of(at, we), bytes_of(sp.length, we));
+      wg.compute("decode", {dec_work(plan, sp.length)},
+                 [&] { fusedcoll::detail::wire_decode(plan, got, at, sp.length, recv + at); });
     }
     co_return;
   });
@@ -271,11 +292,15 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
       const int64_t n = ex.send_len[q];
       const Span s = tile_of(n, te(n), t);
       enc.resize(bytes_of(s.length, we));
-      fusedcoll::detail::wire_encode(plan, send + ex.send_at[q] + s.begin, s.begin, s.length,
-                                     enc.data());
+      wg.compute("encode", {enc_work(plan, s.length)}, [&] {
+        fusedcoll::detail::wire_encode(plan, send + ex.send_at[q] + s.begin, s.begin, s.length,
+                                       enc.data());
+      });
       if (q == me)
-        fusedcoll::detail::wire_decode(plan, enc.data(), s.begin, s.length,
-                                       recv + ex.recv_at[me] + s.begin);
+        wg.compute("decode", {dec_work(plan, s.length)}, [&] {
+          fusedcoll::detail::wire_decode(plan, enc.data(), s.begin, s.length,
+                                         recv + ex.recv_at[me] + s.begin);
+        });
       else
         wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, we), enc.data(), enc.size(),
                       slot + me * kMaxTiles + t, SignalOp::add, 1);
@@ -285,9 +310,11 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
       co_await wg.wait_until(slot + p * kMaxTiles + t, Cmp::ge, target[p * kMaxTiles + t]);
       const int64_t n = ex.recv_len[p];
       const Span s = tile_of(n, te(n), t);
-      fusedcoll::detail::wire_decode(
-          plan, wg.read(box, bytes_of(ex.box_at[p] + s.begin, we), bytes_of(s.length, we)), s.begin,
-          s.length, recv + ex.recv_at[p] + s.begin);
+      const std::byte* got =
+          wg.read(box, bytes_of(ex.box_at[p] + s.begin, we), bytes_of(s.length, we));
+      wg.compute("decode", {dec_work(plan, s.length)}, [&] {
+        fusedcoll::detail::wire_decode(plan, got, s.begin, s.length, recv + ex.recv_at[p] + s.begin);
+      });
     }
     co_return;
   });

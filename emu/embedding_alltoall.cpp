@@ -57,6 +57,24 @@ struct OutRef {
   std::int64_t s1 = 0;  // between tables
 };
 
+/// The cost model's view of `pool` (the rows it gathers are the bags' index count).
+model::Work pool_work(const EmbeddingTableShard& sh, std::int64_t dim, std::int64_t b0,
+                      std::int64_t b1) {
+  if (dim == 0 || b1 <= b0) return model::embedding(0, 0, dim);
+  const bool i64 = sh.offsets.dtype() == DType::i64;
+  auto at = [&](std::int64_t b) {
+    return i64 ? static_cast<const std::int64_t*>(sh.offsets.data())[b]
+               : std::int64_t{static_cast<const std::int32_t*>(sh.offsets.data())[b]};
+  };
+  return model::embedding(at(b1) - at(b0), b1 - b0, dim, i64 ? 8 : 4,
+                          sh.per_sample_weights.data() != nullptr);
+}
+
+/// Rows `first, first + step, ...` of this rank's batch: how many `unpack` copies.
+std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) {
+  return first < batch ? (batch - first + step - 1) / step : 0;
+}
+
 /// Copies rows `i = first, first + step, ...` of the block [B_me, T_p, D] received from `p` into
 /// their places in this rank's output.
 void unpack(const Plan& pl, int p, const float* block, const OutRef& out, std::int64_t first,
@@ -87,10 +105,9 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShar
          i += static_cast<std::size_t>(grid)) {
       const Tile& tl = tiles[i];
       const std::int64_t t = pl.ids[me][tl.k];
-      wg.compute("pool", [&] {
-        pool(shards[tl.k], D, pl.pooling, pl.start[tl.q] + tl.i0, pl.start[tl.q] + tl.i1,
-             buf.data(), D);
-      });
+      const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
+      wg.compute("pool", {pool_work(shards[tl.k], D, b0, b1)},
+                 [&] { pool(shards[tl.k], D, pl.pooling, b0, b1, buf.data(), D); });
       if (D > 0) {
         const OutRef& o = outs[tl.q];
         for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
@@ -130,12 +147,13 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
       if (tl.q == me) {
         if (D > 0) {
           float* dst = mine.data + tl.i0 * mine.s0 + pl.ids[me][tl.k] * mine.s1;
-          wg.compute("pool", [&] { pool(shards[tl.k], D, pl.pooling, b0, b1, dst, mine.s0); });
+          wg.compute("pool", {pool_work(shards[tl.k], D, b0, b1)},
+                     [&] { pool(shards[tl.k], D, pl.pooling, b0, b1, dst, mine.s0); });
         }
         continue;
       }
       float* slice = st + pl.stage_offset(tl.q);  // [B_q, T_me, D]
-      wg.compute("pool", [&] {
+      wg.compute("pool", {pool_work(shards[tl.k], D, b0, b1)}, [&] {
         pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
       });
       const std::uint64_t now = wg.add_local(done + tl.q, 1);
@@ -151,8 +169,10 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
     for (int p : remote_first(me, P)) {
       if (p == me || pl.tiles(p, me) == 0) continue;
       co_await wg.wait_until(arrive + p, Cmp::ge, arrive_target[p]);
-      unpack(pl, p, wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me)),
-             mine, w, g);
+      const float* block =
+          wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me));
+      wg.compute("unpack", {model::copy(rows_of(pl.batch[me], w, g) * pl.tp[p] * D * 4)},
+                 [&] { unpack(pl, p, block, mine, w, g); });
     }
     co_return;
   });
@@ -175,7 +195,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
     for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
          i += static_cast<std::size_t>(grid1)) {
       const Tile& tl = tiles[i];
-      wg.compute("pool", [&] {
+      wg.compute("pool", {pool_work(shards[tl.k], D, tl.i0, tl.i1)}, [&] {
         pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, l + (tl.i0 * tpm + tl.k) * D, tpm * D);
       });
     }
@@ -199,8 +219,10 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
     }
     for (int p : order) {
       co_await wg.wait_until(arrive + p, Cmp::ge, target[p]);
-      unpack(pl, p, wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me)),
-             mine, w, g);
+      const float* block =
+          wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me));
+      wg.compute("unpack", {model::copy(rows_of(pl.batch[me], w, g) * pl.tp[p] * D * 4)},
+                 [&] { unpack(pl, p, block, mine, w, g); });
     }
     co_return;
   });

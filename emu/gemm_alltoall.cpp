@@ -66,6 +66,20 @@ void unpack(const Plan& pl, int h, const float* slice, const OutRef& out, std::i
   }
 }
 
+/// The cost model's view of `compute_tile`.
+model::Work tile_work(const Plan& pl, const Tile& tl) {
+  return model::gemm(tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K);
+}
+
+/// Rows `unpack(pl, h, ..., first, step)` copies.
+std::int64_t unpack_rows(const Plan& pl, int h, std::int64_t first, std::int64_t step) {
+  std::int64_t n = 0;
+  for (int e : pl.experts_of[h]) {
+    const std::int64_t skip = ((first - pl.so[pl.me][e]) % step + step) % step;
+    if (skip < pl.c(pl.me, e)) n += (pl.c(pl.me, e) - skip + step - 1) / step;
+  }
+  return n;
+}
 
 void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
                   const std::vector<OutRef>& outs) {
@@ -82,7 +96,8 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& expe
          i += static_cast<std::size_t>(grid)) {
       const Tile& tl = tiles[i];
       const std::int64_t nr = tl.r1 - tl.r0, nc = tl.n1 - tl.n0;
-      wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, buf.data(), nc); });
+      wg.compute("gemm", {tile_work(pl, tl)},
+                 [&] { compute_tile(pl, experts[tl.j], tl, buf.data(), nc); });
       const OutRef& o = outs[tl.s];
       float* dst = o.data + (pl.o0[tl.s][pl.experts_of[me][tl.j]] + tl.r0) * o.ld + tl.n0;
       if (nc == pl.N && (o.ld == pl.N || nr == 1)) {  // the tile is one contiguous block there
@@ -125,11 +140,12 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
       const int e = pl.experts_of[me][tl.j];
       if (tl.s == me) {
         float* dst = mine.data + (pl.o0[me][e] + tl.r0) * mine.ld + tl.n0;
-        wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, dst, mine.ld); });
+        wg.compute("gemm", {tile_work(pl, tl)},
+                   [&] { compute_tile(pl, experts[tl.j], tl, dst, mine.ld); });
         continue;
       }
       float* slice = st + pl.stage_at[me][tl.s] * N;
-      wg.compute("gemm", [&] {
+      wg.compute("gemm", {tile_work(pl, tl)}, [&] {
         compute_tile(pl, experts[tl.j], tl, slice + (pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
       });
       const std::uint64_t now = wg.add_local(done + tl.s, 1);
@@ -144,8 +160,9 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
     for (int h : remote_first(me, P)) {
       if (h == me || pl.tiles(h, me) == 0) continue;
       co_await wg.wait_until(arrive + h, Cmp::ge, arrive_target[h]);
-      unpack(pl, h, wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N), mine,
-             w, g);
+      const float* slice = wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N);
+      wg.compute("unpack", {model::copy(unpack_rows(pl, h, w, g) * N * 4)},
+                 [&] { unpack(pl, h, slice, mine, w, g); });
     }
     co_return;
   });
@@ -173,7 +190,8 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       float* dst = st + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
-      wg.compute("gemm", [&] { compute_tile(pl, experts[tl.j], tl, dst, N); });
+      wg.compute("gemm", {tile_work(pl, tl)},
+                 [&] { compute_tile(pl, experts[tl.j], tl, dst, N); });
     }
     co_return;
   });
@@ -195,8 +213,9 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
     }
     for (int h : order) {
       co_await wg.wait_until(arrive + h, Cmp::ge, target[h]);
-      unpack(pl, h, wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N), mine,
-             w, g);
+      const float* slice = wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N);
+      wg.compute("unpack", {model::copy(unpack_rows(pl, h, w, g) * N * 4)},
+                 [&] { unpack(pl, h, slice, mine, w, g); });
     }
     co_return;
   });

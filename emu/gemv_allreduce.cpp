@@ -48,7 +48,8 @@ void run_scale_up(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys&
     for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
       const int t = p.compute[i];
       const Tile& tile = p.tiles[t];
-      wg.compute("gemv", [&] { partial_tile(p, a, tile, buf.data(), kTileN); });
+      wg.compute("gemv", {model::gemv(p.m, p.k, tile.n1 - tile.n0)},
+                 [&] { partial_tile(p, a, tile, buf.data(), kTileN); });
       const std::size_t offset = (p.me * num_tiles + t) * tile_floats * 4;
       wg.put_signal(tile.owner, partials, offset, buf.data(), tile_floats * 4, part_slot + t,
                     SignalOp::add, 1);
@@ -61,8 +62,9 @@ void run_scale_up(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys&
         return wg.read_as<float>(partials, (src * num_tiles + t) * tile_floats, tile_floats);
       };
       // Fold in rank order, starting from rank 0's partial itself: the `direct` order.
-      if (tile_floats > 0) std::memcpy(buf.data(), partial_of(0), tile_floats * 4);
-      wg.compute("reduce", [&] {
+      const auto n = static_cast<std::int64_t>(tile_floats);
+      wg.compute("reduce", {model::copy(n * 4), model::reduce(n * (p.P - 1))}, [&] {
+        if (tile_floats > 0) std::memcpy(buf.data(), partial_of(0), tile_floats * 4);
         for (int src = 1; src < p.P; ++src)
           detail::reduce_into(buf.data(), partial_of(src), static_cast<std::int64_t>(tile_floats),
                               DType::f32, ReduceOp::sum);
@@ -111,7 +113,8 @@ void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys
       const Tile& tile = p.tiles[t];
       const Chunk c = p.chunks[tile.owner];
       float* slice = stage_f + tile.owner * slice_floats;
-      wg.compute("gemv", [&] { partial_tile(p, a, tile, slice + (tile.n0 - c.offset), c.length); });
+      wg.compute("gemv", {model::gemv(p.m, p.k, tile.n1 - tile.n0)},
+                 [&] { partial_tile(p, a, tile, slice + (tile.n0 - c.offset), c.length); });
       // The WG that completes a slice (the done-mask reaches its target) ships it whole.
       if (wg.add_local(done_slot + tile.owner, 1) == done_target[tile.owner])
         wg.put_signal(tile.owner, slices, p.me * slice_floats * 4, slice,
@@ -126,7 +129,8 @@ void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys
       };
       float* out = wg.local_as<float>(reduced);
       const std::int64_t c0 = tile.n0 - mine.offset, width = tile.n1 - tile.n0;
-      wg.compute("reduce", [&] {
+      wg.compute("reduce", {model::copy(p.m * width * 4), model::reduce(p.m * width * (P - 1))},
+                 [&] {
         for (std::int64_t r = 0; r < p.m; ++r) {
           float* acc = out + r * mine.length + c0;
           std::memcpy(acc, slice_of(0) + r * mine.length + c0, width * 4);
@@ -150,9 +154,11 @@ void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys
     for (int j = wg.wg(); j < P; j += grid) {
       const Chunk c = p.chunks[j];
       const float* g = wg.read_as<float>(gathered, j * slice_floats, p.m * c.length);
-      for (std::int64_t r = 0; r < p.m; ++r)
-        if (c.length > 0)
-          std::memcpy(ys.y[p.me] + r * ys.ld[p.me] + c.offset, g + r * c.length, c.length * 4);
+      wg.compute("unpack", {model::copy(p.m * c.length * 4)}, [&] {
+        for (std::int64_t r = 0; r < p.m; ++r)
+          if (c.length > 0)
+            std::memcpy(ys.y[p.me] + r * ys.ld[p.me] + c.offset, g + r * c.length, c.length * 4);
+      });
     }
     co_return;
   });
@@ -166,7 +172,8 @@ void run_unfused(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys& 
   rk.launch("gemv", grid, [&](WgContext& wg) -> WgTask {
     for (std::size_t i = wg.wg(); i < order.size(); i += grid) {
       const Tile& t = p.tiles[order[i]];
-      wg.compute("gemv", [&] { partial_tile(p, a, t, partial.data() + t.n0, p.n); });
+      wg.compute("gemv", {model::gemv(p.m, p.k, t.n1 - t.n0)},
+                 [&] { partial_tile(p, a, t, partial.data() + t.n0, p.n); });
     }
     co_return;
   });

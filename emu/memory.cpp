@@ -10,6 +10,7 @@
 #include "emu/link.hpp"
 #include "emu/state.hpp"
 #include "emu/trace.hpp"
+#include "emu/vtime.hpp"
 
 namespace fusedcoll::emu {
 
@@ -18,8 +19,13 @@ using Clock = std::chrono::steady_clock;
 namespace impl {
 
 std::uint64_t deliver_signal(World::State& world, int src, int peer, int slot, SignalOp op,
-                             std::uint64_t value, const std::vector<PendingPut>& covered) {
+                             std::uint64_t value, const std::vector<PendingPut>& covered,
+                             double at) {
   auto& dev = *world.devices[peer];
+  if (world.vt) {  // before the wake-up, which resumes the satisfied waiters at this time
+    double& t = world.vt->devices[peer].slot_time[slot];
+    t = std::max(t, at);
+  }
   std::uint64_t after = value;
   if (world.check_protocol)
     after = protocol_apply_signal(dev, slot, op, value, covered);
@@ -58,6 +64,7 @@ void WgContext::put(int peer, SymBuffer dst, std::size_t offset, const void* src
   // The clock is read only when tracing: at 24 ns a read it is visible on store-heavy kernels.
   if (world.check_protocol) impl::protocol_put(s_, peer, dst.id, offset, bytes);
   impl::occupy_link(*s_, peer, bytes);
+  if (world.vt && peer != rank()) world.vt->transfer(*s_, peer, bytes, "put");
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(world.buffer(dst, peer) + offset, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "put", start);
@@ -70,6 +77,7 @@ void WgContext::store(int peer, void* dst, const void* src, std::size_t bytes) {
   if (world.check_protocol)
     impl::protocol_put(s_, peer, -1, reinterpret_cast<std::uintptr_t>(dst), bytes);
   impl::occupy_link(*s_, peer, bytes);
+  if (world.vt && peer != rank()) world.vt->transfer(*s_, peer, bytes, "store");
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(dst, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "store", start);
@@ -86,7 +94,8 @@ void WgContext::signal(int peer, int slot, SignalOp op, std::uint64_t value) {
   if (peer != rank() && dev.link)
     impl::post_on_link(dev, peer, slot, op, value, std::move(covered));
   else
-    impl::deliver_signal(world, rank(), peer, slot, op, value, covered);
+    impl::deliver_signal(world, rank(), peer, slot, op, value, covered,
+                         world.vt ? world.vt->signal_arrival(*s_, peer) : 0.0);
   if (world.tracing) impl::trace_signal(*s_, peer, slot);
 }
 
@@ -102,8 +111,10 @@ std::uint64_t WgContext::add_local(int slot, std::uint64_t value) {
   std::vector<impl::PendingPut> covered;
   if (world.check_protocol) covered = impl::protocol_covers(s_, rank());
   const std::uint64_t now =
-      impl::deliver_signal(world, rank(), rank(), slot, SignalOp::add, value, covered);
+      impl::deliver_signal(world, rank(), rank(), slot, SignalOp::add, value, covered, s_->vclock);
   if (world.check_protocol) impl::protocol_observe(s_, slot, now);
+  // What it returns tells this workgroup about the other adds: it knows them from their time on.
+  if (world.vt) s_->vclock = std::max(s_->vclock, world.vt->devices[rank()].slot_time[slot]);
   return now;
 }
 
@@ -111,6 +122,7 @@ std::uint64_t WgContext::signal_value(int slot) const {
   auto& dev = *s_->kernel->device;
   const std::uint64_t v = dev.slots[slot].load(std::memory_order_acquire);
   if (dev.world->check_protocol) impl::protocol_observe(s_, slot, v);
+  if (dev.world->vt) s_->vclock = std::max(s_->vclock, dev.world->vt->devices[dev.rank].slot_time[slot]);
   return v;
 }
 

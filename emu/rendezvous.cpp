@@ -3,10 +3,12 @@
 // checks that all ranks called the same thing. A rank that never arrives makes the others time out
 // with a report naming it.
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
 #include "emu/state.hpp"
+#include "emu/vtime.hpp"
 
 namespace fusedcoll::emu {
 
@@ -26,12 +28,34 @@ std::vector<const void*> Rank::exchange(const std::string& key, const void* payl
   e.payloads[rank_] = payload;
   e.arrived_mask[rank_] = true;
   ++e.arrived;
+  if (impl::VirtualTime* vt = w.vt.get()) {
+    // A rendezvous is a barrier in virtual time too: everyone leaves at the latest arrival. The
+    // last to arrive wakes the others as running at once, before any of them can block again,
+    // so that the driver never sees a moment with all host threads blocked that is not one.
+    std::lock_guard vlock(vt->mu);
+    if (e.arrived == w.size) {
+      double latest = 0;
+      for (int r = 0; r < w.size; ++r) latest = std::max(latest, vt->clock[r]);
+      for (int r = 0; r < w.size; ++r) {
+        vt->clock[r] = latest;
+        vt->unblock(r);
+      }
+    } else {
+      vt->block(rank_);
+    }
+  }
   w.rendezvous_cv.notify_all();
   const auto start = Clock::now();
   const auto limit = std::chrono::duration<double>(w.timeout_s);
+  auto run_again = [&] {  // leaving the wait early (failure): this host thread runs again
+    if (!w.vt) return;
+    std::lock_guard vlock(w.vt->mu);
+    w.vt->unblock(rank_);
+  };
   while (e.arrived < w.size) {
     if (w.aborted.load(std::memory_order_acquire)) {
       lock.unlock();
+      run_again();
       w.throw_abort();
     }
     if (Clock::now() - start > limit) {
@@ -39,6 +63,7 @@ std::vector<const void*> Rank::exchange(const std::string& key, const void* payl
       for (int r = 0; r < w.size; ++r)
         if (!e.arrived_mask[r]) missing += std::to_string(r) + " ";
       lock.unlock();
+      run_again();
       w.abort(true, w.report(fusedcoll::detail::make_string(
                         "fusedcoll emu: timeout: rank ", rank_, " waited more than ", w.timeout_s,
                         " s in collective call #", seq, " ('", key, "') for ranks { ", missing,

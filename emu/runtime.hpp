@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/error.hpp"
+#include "fusedcoll/model.hpp"
 
 namespace fusedcoll::emu {
 
@@ -146,8 +148,12 @@ class WgContext {
   void fence() noexcept {}
   /// Completes this workgroup's outstanding puts (complete on return here).
   void quiet() noexcept {}
-  /// Runs `f` as a named compute span (a trace event when tracing is on).
-  void compute(const char* what, const std::function<void()>& f);
+  /// Runs `f` as a named compute span doing `work` (the cost model's description of the kernel
+  /// calls in `f`: a trace event when tracing is on; in virtual time it occupies this workgroup's
+  /// compute unit for the model's cost of `work`, docs/simulation.md). Data movement a kernel does
+  /// itself (unpacking, copying out of scratch) is a span too, so that it is costed.
+  void compute(const char* what, std::initializer_list<model::Work> work,
+               const std::function<void()>& f);
   /// Atomically adds `value` to this device's own slot and returns the new value, waking its
   /// waiters (a device-memory atomic: the scale-out done-mask of a staging slice).
   std::uint64_t add_local(int slot, std::uint64_t value);

@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <mutex>
+#include <numeric>
 
 #include "emu/link.hpp"
 #include "emu/state.hpp"
+#include "emu/vtime.hpp"
 
 namespace fusedcoll::emu {
 
@@ -66,8 +68,6 @@ bool satisfied(std::uint64_t current, Cmp cmp, std::uint64_t value) {
 
 namespace impl {
 
-void run_wg(WgState* wg);
-
 // The functor oneTBB stores and runs. It only carries the pointer: oneTBB's task hand-off happens
 // inside the uninstrumented libtbb, so ThreadSanitizer cannot see it; tests/tsan.supp silences
 // exactly this frame, and `run_wg` re-establishes the ordering with its own acquire.
@@ -77,6 +77,10 @@ struct Trampoline {
 };
 
 void schedule(WgState* wg) {
+  if (VirtualTime* vt = wg->kernel->device->world->vt.get()) {
+    vt->push(wg, wg->vclock);
+    return;
+  }
   // Read everything needed from `wg` before the release: once it is published the workgroup may
   // run, finish, and (with its kernel) be destroyed, and the only edge ThreadSanitizer sees from
   // here to there is this release/acquire pair (the oneTBB hand-off is invisible to it).
@@ -88,7 +92,7 @@ void schedule(WgState* wg) {
 void run_wg(WgState* wg) {
   wg->handoff.load(std::memory_order_acquire);
   Kernel& k = *wg->kernel;
-  wg->cu = tbb::this_task_arena::current_thread_index();
+  wg->cu = k.device->world->vt ? wg->vcu : tbb::this_task_arena::current_thread_index();
   if (!wg->started) {
     wg->started = true;
     wg->resident_since = Clock::now();
@@ -126,11 +130,21 @@ void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
       break;
     }
   }
-  for (WgState* n : to_start) schedule(n);
-  std::lock_guard lock(done_mu);
-  if (wg_error && !error) error = clone_error(wg_error, "");
-  finished += completed;
-  if (finished == num_wgs) done_cv.notify_all();
+  for (WgState* n : to_start) {
+    n->vclock = wg->vclock;  // virtual time: it takes the residency this workgroup leaves
+    schedule(n);
+  }
+  bool last = false;
+  {
+    std::lock_guard lock(done_mu);
+    if (wg_error && !error) error = clone_error(wg_error, "");
+    finished += completed;
+    last = finished == num_wgs;
+    if (last) done_cv.notify_all();
+  }
+  // Virtual time: the launching host thread waits for the driver, not done_cv, so the kernel is
+  // still alive here.
+  if (world.vt) world.vt->wg_finished(*this, wg, last);
 }
 
 }  // namespace impl
@@ -146,14 +160,25 @@ void WgTask::promise_type::FinalAwaiter::await_suspend(
 
 bool WaitAwaiter::await_ready() const {
   auto& dev = *wg->kernel->device;
+  // Virtual time: every wait goes back through the driver, so that the workgroup resumes in
+  // virtual-time order with the others.
+  if (dev.world->vt) return false;
   return satisfied(dev.slots[slot].load(std::memory_order_acquire), cmp, value);
 }
 
 bool WaitAwaiter::await_suspend(std::coroutine_handle<>) {
   auto& dev = *wg->kernel->device;
-  std::lock_guard lock(dev.wait_mu);
+  impl::VirtualTime* vt = dev.world->vt.get();
+  std::unique_lock lock(dev.wait_mu);
   if (dev.world->aborted.load(std::memory_order_acquire)) return false;
-  if (satisfied(dev.slots[slot].load(std::memory_order_acquire), cmp, value)) return false;
+  if (satisfied(dev.slots[slot].load(std::memory_order_acquire), cmp, value)) {
+    if (!vt) return false;
+    lock.unlock();
+    // Satisfied already: resume when the signal that did it arrived (the driver resumes us only
+    // after this coroutine has returned to it).
+    vt->push(wg, vt->devices[dev.rank].slot_time[slot]);
+    return true;
+  }
   wg->waiting = true;
   wg->wait_slot = slot;
   wg->wait_cmp = cmp;
@@ -180,6 +205,7 @@ void WaitAwaiter::await_resume() const {
 namespace impl {
 
 void Device::wake_satisfied() {
+  VirtualTime* vt = world->vt.get();
   std::vector<WgState*> ready;
   {
     std::lock_guard lock(wait_mu);
@@ -196,7 +222,12 @@ void Device::wake_satisfied() {
     }
     waiters.erase(keep, waiters.end());
   }
-  for (WgState* w : ready) schedule(w);
+  for (WgState* w : ready) {
+    if (vt)
+      vt->push(w, vt->devices[rank].slot_time[w->wait_slot]);  // at the satisfying arrival
+    else
+      schedule(w);
+  }
 }
 
 void Device::wake_all() {
@@ -238,11 +269,18 @@ WaitAwaiter WgContext::wait_until(int slot, Cmp cmp, std::uint64_t value) {
   return WaitAwaiter{s_, slot, cmp, value};
 }
 
-void WgContext::compute(const char* what, const std::function<void()>& f) {
+void WgContext::compute(const char* what, std::initializer_list<model::Work> work,
+                        const std::function<void()>& f) {
   auto& world = *s_->kernel->device->world;
-  const auto start = Clock::now();
+  const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   f();
-  if (world.tracing) s_->kernel->trace_end(s_, what, start);
+  if (impl::VirtualTime* vt = world.vt.get()) {
+    double seconds = 0;
+    for (const model::Work& w : work) seconds += model::seconds(vt->preset, w);
+    vt->compute(*s_, what, seconds);
+  } else if (world.tracing) {
+    s_->kernel->trace_end(s_, what, start);
+  }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -267,10 +305,18 @@ void Rank::launch(const std::string& name, int num_wgs, const KernelBody& body) 
     k.wgs.push_back(std::move(s));
     k.order.push_back(i);
   }
-  if (w.fuzz_seed != 0) w.fuzz_kernel(k, rank_);
+  if (w.fuzz_seed != 0) {
+    w.fuzz_kernel(k, rank_);
+    // Virtual time fixes the order itself (docs/simulation.md); the seed's delays still perturb
+    // the host threads, which must change nothing.
+    if (w.vt) std::iota(k.order.begin(), k.order.end(), 0);
+  }
   set_activity(
       fusedcoll::detail::make_string("waiting for kernel '", name, "' (", num_wgs, " WGs)"));
-  if (num_wgs == 0) return;
+  if (num_wgs == 0) {
+    if (w.vt) w.vt->run_kernel(rank_, k, 0);
+    return;
+  }
   const int initial = std::min(num_wgs, w.max_resident);
   std::vector<impl::WgState*> start;
   {
@@ -279,8 +325,10 @@ void Rank::launch(const std::string& name, int num_wgs, const KernelBody& body) 
     k.next = initial;
     for (int i = 0; i < initial; ++i) start.push_back(k.wgs[k.order[i]].get());
   }
-  for (auto* s : start) impl::schedule(s);
-  {
+  if (w.vt) {
+    w.vt->run_kernel(rank_, k, initial);
+  } else {
+    for (auto* s : start) impl::schedule(s);
     std::unique_lock lock(k.done_mu);
     k.done_cv.wait(lock, [&] { return k.finished == k.num_wgs; });
   }

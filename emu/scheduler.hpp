@@ -51,6 +51,11 @@ struct WgState {
   // Protocol checking, touched only by the thread running this workgroup.
   std::map<int, std::uint64_t> observed;  // slot -> largest value this WG saw
   std::vector<PendingPut> pending;
+  // Virtual time (emu/vtime.hpp), touched only by the thread running this workgroup: its clock
+  // (seconds), its compute unit, and per peer when its latest put or store there lands.
+  double vclock = 0;
+  int vcu = 0;
+  std::vector<double> arrivals;
 };
 
 /// One kernel launch. Lives on the launching host thread's stack until every WG finished.
@@ -69,6 +74,8 @@ struct Kernel {
   std::condition_variable done_cv;
   int finished = 0;  // guarded by done_mu
   std::exception_ptr error;
+  double vt_start = 0;  // virtual time: first workgroup's start, last one's end (VirtualTime::mu)
+  double vt_end = 0;
 
   /// Called once per workgroup when it ends (normally, by exception, or never started).
   void finish(WgState* wg, std::exception_ptr wg_error);
@@ -99,7 +106,10 @@ struct Device {
   void wake_all();
 };
 
-/// Hands `wg` to its device's arena to be started or resumed.
+/// Hands `wg` to its device's arena to be started or resumed (wall clock), or queues it at its
+/// virtual clock (virtual time).
 void schedule(WgState* wg);
+/// Starts or resumes `wg` on the calling thread.
+void run_wg(WgState* wg);
 
 }  // namespace fusedcoll::emu::impl

@@ -25,14 +25,19 @@
 #include "emu/scheduler.hpp"
 #include "emu/trace.hpp"
 #include "fusedcoll/emu.hpp"
+#include "fusedcoll/model.hpp"
 
 namespace fusedcoll::emu {
 namespace impl {
 
+struct VirtualTime;
+
 /// Applies a signal from `src` to `peer`'s slot now (crediting `covered` puts when checking) and
-/// wakes the waiters it satisfies. Returns the slot's value right after the update.
+/// wakes the waiters it satisfies. Returns the slot's value right after the update. `at`: its
+/// arrival in virtual time (virtual time only).
 std::uint64_t deliver_signal(World::State& world, int src, int peer, int slot, SignalOp op,
-                             std::uint64_t value, const std::vector<PendingPut>& covered);
+                             std::uint64_t value, const std::vector<PendingPut>& covered,
+                             double at = 0);
 
 /// A new exception of the same fusedcoll kind with `prefix` + the original message. The emulator
 /// hands errors across threads as such copies, never as the original object: a workgroup's
@@ -58,6 +63,8 @@ struct World::State {
   double link_gbps = 0;        // link model: bandwidth (0: unlimited)
   double link_latency_us = 0;  // link model: latency
   bool link_model() const noexcept { return link_gbps > 0 || link_latency_us > 0; }
+  // Virtual time (emu/vtime.hpp; null on the wall clock).
+  std::unique_ptr<impl::VirtualTime> vt;
   std::unique_ptr<tbb::global_control> parallelism;
   std::vector<std::unique_ptr<impl::Device>> devices;
   std::vector<std::unique_ptr<Rank>> ranks;

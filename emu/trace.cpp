@@ -21,7 +21,7 @@ namespace impl {
 
 void Kernel::trace_end(WgState* wg, const char* what, Clock::time_point start) {
   World::State& world = *device->world;
-  if (!world.tracing) return;
+  if (!world.tracing || world.vt) return;  // virtual time records its own spans (emu/vtime.cpp)
   TraceEvent e;
   e.name = fusedcoll::detail::make_string(name, " ", what, " ", wg->id);
   e.category = what;
@@ -39,7 +39,7 @@ void trace_signal(WgState& wg, int peer, int slot) {
   e.category = "signal";
   e.pid = wg.kernel->device->rank;
   e.tid = std::max(wg.cu, 0);
-  e.ts_us = micros_since(world.origin, Clock::now());
+  e.ts_us = world.vt ? wg.vclock * 1e6 : micros_since(world.origin, Clock::now());
   e.dur_us = 0.5;
   world.record(std::move(e));
 }
@@ -63,6 +63,18 @@ void World::State::record(impl::TraceEvent e) {
   trace.push_back(std::move(e));
 }
 
+namespace {
+
+std::string track_name(int tid) {
+  if (tid == impl::kKernelTrack) return "kernels";
+  if (tid == impl::kNicTrack) return "NIC";
+  if (tid == impl::kLinkTrack) return "link";
+  if (tid > impl::kLinkTrack) return "link to r" + std::to_string(tid - impl::kLinkTrack - 1);
+  return "CU " + std::to_string(tid);
+}
+
+}  // namespace
+
 void World::State::write_trace() {
   std::ofstream out(trace_path);
   if (!out) {
@@ -85,7 +97,7 @@ void World::State::write_trace() {
   for (const auto& [pid, tid] : tracks)
     out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
         << ",\"args\":{\"name\":\""
-        << (tid == impl::kLinkTrack ? std::string("link") : "CU " + std::to_string(tid)) << "\"}}";
+        << track_name(tid) << "\"}}";
   for (const auto& e : trace)
     out << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"" << e.category
         << "\",\"ph\":\"X\",\"pid\":" << e.pid << ",\"tid\":" << e.tid << ",\"ts\":" << e.ts_us

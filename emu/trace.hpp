@@ -12,8 +12,12 @@
 
 namespace fusedcoll::emu::impl {
 
-/// Trace track (tid) of a device's link, after its compute units.
+/// Trace tracks (tid) after a device's compute units: its kernels (virtual time), its link (wall
+/// clock, and the switch port in virtual time; kLinkTrack + 1 + destination for a mesh link) and
+/// its NIC (virtual time).
+inline constexpr int kKernelTrack = 900;
 inline constexpr int kLinkTrack = 1000;
+inline constexpr int kNicTrack = 1999;
 
 struct TraceEvent {
   std::string name;
@@ -29,7 +33,7 @@ inline double micros_since(std::chrono::steady_clock::time_point origin,
   return std::chrono::duration<double, std::micro>(t - origin).count();
 }
 
-/// A signal from `wg` to `peer`'s `slot`, issued now.
+/// A signal from `wg` to `peer`'s `slot`, issued now (wall clock) or at its virtual clock.
 void trace_signal(WgState& wg, int peer, int slot);
 /// `bytes` to `peer` occupying `dev`'s link for `seconds` from `begin`.
 void trace_link(Device& dev, int peer, std::size_t bytes,

@@ -10,6 +10,7 @@
 #include "emu/link.hpp"
 #include "emu/ops.hpp"
 #include "emu/state.hpp"
+#include "emu/vtime.hpp"
 #include "fusedcoll/detail/spmd.hpp"
 #include "fusedcoll/env.hpp"
 
@@ -28,6 +29,22 @@ World::State::State(const WorldOptions& o) : options(o) {
   size = o.world_size;
   compute_units = o.device.compute_units;
   max_resident = o.device.max_resident_wgs > 0 ? o.device.max_resident_wgs : 4 * compute_units;
+  const bool virtual_clock = o.clock == ClockKind::virtual_time ||
+                             (o.clock == ClockKind::from_env && env().virtual_clock);
+  std::unique_ptr<model::Preset> preset;
+  if (virtual_clock) {
+    if (o.model) {
+      preset = std::make_unique<model::Preset>(*o.model);
+      model::validate(*preset);
+    } else {
+      const std::string name = !o.preset.empty()        ? o.preset
+                               : !env().preset.empty() ? env().preset
+                                                       : std::string("host");
+      preset = std::make_unique<model::Preset>(model::load_preset(name));
+    }
+    if (o.device.max_resident_wgs == 0)
+      max_resident = preset->device.resident_wgs_per_cu * preset->device.compute_units;
+  }
   timeout_s = o.timeout_s > 0 ? o.timeout_s : env().timeout_s;
   fuzz_seed = o.fuzz_seed != 0 ? o.fuzz_seed : env().fuzz_seed;
   check_protocol = o.check_protocol || env().check_protocol;
@@ -37,6 +54,7 @@ World::State::State(const WorldOptions& o) : options(o) {
              o.link_latency_us, " is outside [0, 1e6]");
   link_gbps = o.link_gbps > 0 ? o.link_gbps : env().link_gbps;
   link_latency_us = o.link_latency_us > 0 ? o.link_latency_us : env().link_latency_us;
+  if (virtual_clock) link_gbps = link_latency_us = 0;  // the preset's links model them
   trace_path = env().trace_path;
   tracing = !trace_path.empty();
   origin = std::chrono::steady_clock::now();
@@ -52,6 +70,7 @@ World::State::State(const WorldOptions& o) : options(o) {
   next_slot.assign(size, 0);
   for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<Rank>(*this, r));
   impl::start_links(*this);
+  if (preset) vt = std::make_unique<impl::VirtualTime>(*this, std::move(*preset));
   watchdog = std::thread([this] { watch(); });
 }
 
@@ -63,6 +82,7 @@ World::State::~State() {
   watch_cv.notify_all();
   watchdog.join();
   impl::stop_links(*this);
+  vt.reset();
   for (auto& d : devices) d->arena.terminate();
   if (tracing) write_trace();
 }
@@ -79,6 +99,32 @@ World::World(WorldOptions options) : state_(std::make_unique<State>(options)) {}
 World::~World() = default;
 int World::size() const noexcept { return state_->size; }
 const WorldOptions& World::options() const noexcept { return state_->options; }
+bool World::virtual_time() const noexcept { return state_->vt != nullptr; }
+
+const model::Preset& World::preset() const {
+  FC_ENFORCE(state_->vt, "preset(): this World runs on the wall clock, not in virtual time");
+  return state_->vt->preset;
+}
+
+double World::virtual_seconds(int rank) const {
+  FC_ENFORCE(state_->vt, "virtual_seconds(): this World runs on the wall clock, not in virtual time");
+  FC_ENFORCE(rank >= 0 && rank < state_->size, "virtual_seconds of rank ", rank,
+             " in a world of ", state_->size);
+  return state_->vt->now(rank);
+}
+
+const char* to_string(ClockKind c) noexcept {
+  switch (c) {
+    case ClockKind::from_env:
+      return "from_env";
+    case ClockKind::wall:
+      return "wall";
+    case ClockKind::virtual_time:
+      return "virtual";
+  }
+  return "?";
+}
+
 std::uint64_t World::bytes_sent(int rank) const {
   FC_ENFORCE(rank >= 0 && rank < state_->size, "bytes_sent of rank ", rank, " in a world of ",
              state_->size);
@@ -139,9 +185,22 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
 
   // A rank that fails aborts the world, so that no peer waits for it; the peers' errors from the
   // abort are secondary (World::State::throw_abort), a timeout's are not (all ranks report it).
+  // Virtual time: every host thread counts as running from here until it returns, so that the
+  // driver starts no workgroup before every rank had its chance to launch (emu/vtime.hpp).
+  if (s.vt) s.vt->begin_run();
+  struct Blocked {  // at the thread's end, however it ends
+    World::State& s;
+    int r;
+    ~Blocked() {
+      if (!s.vt) return;
+      std::lock_guard lock(s.vt->mu);
+      s.vt->block(r);
+    }
+  };
   const auto root = fusedcoll::detail::run_spmd(
       s.size,
       [&](int r) {
+        const Blocked at_end{s, r};
         Communicator comm(s.backends[r]);
         s.ranks[r]->set_activity("running user code");
         per_rank(comm);

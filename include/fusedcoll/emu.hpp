@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/model.hpp"
 
 namespace fusedcoll::emu {
 
@@ -23,6 +24,17 @@ struct DeviceOptions {
   /// resident deadlocks, as on a GPU, and the timeout reports it.
   int max_resident_wgs = 0;
 };
+
+/// How a `World` tells time.
+enum class ClockKind : std::uint8_t {
+  from_env,      ///< `FUSEDCOLL_CLOCK` (default: wall).
+  wall,          ///< The host's clock: kernels run in parallel on the host's cores.
+  /// The cost model's virtual time (docs/simulation.md): every workgroup advances a virtual clock
+  /// by the modelled cost of its compute spans, transfers and waits on the preset's machine; the
+  /// results stay bit-exact, and the times depend on the preset and the plan only.
+  virtual_time,
+};
+const char* to_string(ClockKind c) noexcept;
 
 /// Options of a `World`. Fields left at their defaults take the `FUSEDCOLL_*` environment
 /// variables (docs/configuration.md), then the built-in defaults.
@@ -48,6 +60,16 @@ struct WorldOptions {
   /// instant communication).
   double link_gbps = 0;
   double link_latency_us = 0;
+  /// Wall clock or virtual time. In virtual time the preset's device and links replace
+  /// `device.compute_units` (which then only sizes the host thread pool), the default residency
+  /// (`resident_wgs_per_cu` x the preset's compute units; `device.max_resident_wgs` still
+  /// overrides it) and the link model above (ignored).
+  ClockKind clock = ClockKind::from_env;
+  /// Virtual time's machine: a built-in preset's name or a preset file's path; empty: from
+  /// `FUSEDCOLL_PRESET` (default `host`).
+  std::string preset{};
+  /// A preset built in code; when set it is used instead of `preset`.
+  std::shared_ptr<const model::Preset> model{};
 };
 
 /// A world of `world_size` virtual GPUs. `run` executes SPMD code: one host thread per rank,
@@ -70,6 +92,16 @@ class World {
   /// Bytes `rank`'s device has put or stored into other devices' memory since the world was
   /// created: what crossed its link (the wire bytes of benchmarks).
   std::uint64_t bytes_sent(int rank) const;
+
+  /// True when the world runs in virtual time.
+  bool virtual_time() const noexcept;
+  /// The machine virtual time models; throws `InvalidArgument` on the wall clock.
+  const model::Preset& preset() const;
+  /// Virtual time: `rank`'s host clock in seconds (where its last kernel, barrier or collective
+  /// left it). Between `run`s, or on `rank`'s own thread inside one; after a barrier every rank
+  /// reads the same value, so the time of an op is its reading after a barrier minus the one
+  /// before. Throws `InvalidArgument` on the wall clock.
+  double virtual_seconds(int rank) const;
 
   /// The implementation (emu/runtime.hpp); for tests and kernel authors.
   struct State;

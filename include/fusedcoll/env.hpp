@@ -39,6 +39,14 @@ struct Env {
   double link_gbps = 0;
   double link_latency_us = 0;
 
+  /// `FUSEDCOLL_CLOCK` = `wall` (default) | `virtual`: the emulator's time. `virtual` runs it in
+  /// the cost model's virtual time (docs/simulation.md, "Virtual time").
+  bool virtual_clock = false;
+
+  /// `FUSEDCOLL_PRESET` = a built-in preset's name (`host`, `mi250x`, `h100`) or a preset file's
+  /// path (default empty: `host`): the machine virtual time models (docs/simulation.md).
+  std::string preset;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;

@@ -1,0 +1,253 @@
+// Virtual time (emu/vtime.hpp): the driver thread, the resources' calendars, and the costs of a
+// workgroup's compute spans, transfers and signals.
+
+#include "emu/vtime.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "emu/state.hpp"
+#include "emu/trace.hpp"
+
+namespace fusedcoll::emu::impl {
+
+// ----------------------------------------------------------------------------------------------
+// Calendar
+
+double Calendar::book(double ready, double duration) {
+  if (!(duration > 0)) return ready;
+  double t = ready;
+  auto it = busy_.upper_bound(t);  // the first stretch starting after t
+  if (it != busy_.begin()) {
+    auto before = std::prev(it);
+    if (before->second > t) t = before->second;
+  }
+  while (it != busy_.end() && it->first < t + duration) {
+    t = std::max(t, it->second);
+    ++it;
+  }
+  // [t, t + duration) is free and `it` is the first stretch after it: merge with touching ones,
+  // so that a resource kept busy back to back stays one entry.
+  double end = t + duration;
+  if (it != busy_.end() && it->first == end) {
+    end = it->second;
+    it = busy_.erase(it);
+  }
+  if (it != busy_.begin()) {
+    auto before = std::prev(it);
+    if (before->second == t) {
+      before->second = end;
+      return t;
+    }
+  }
+  busy_.emplace_hint(it, t, end);
+  return t;
+}
+
+void Calendar::forget_before(double t) {
+  auto it = busy_.begin();
+  while (it != busy_.end() && it->second <= t) it = busy_.erase(it);
+}
+
+// ----------------------------------------------------------------------------------------------
+// The driver
+
+VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(std::move(p)) {
+  blocked.assign(world.size, 1);
+  resumed.assign(world.size, 0);
+  clock.assign(world.size, 0.0);
+  devices.resize(world.size);
+  const bool mesh = preset.links.peer_topology == model::PeerTopology::mesh;
+  for (auto& d : devices) {
+    d.cus.resize(preset.device.compute_units);
+    d.peer_links.resize(mesh ? world.size : 1);
+    d.slot_time.assign(kSlotsPerDevice, 0.0);
+  }
+  driver = std::thread([this] { drive(); });
+}
+
+VirtualTime::~VirtualTime() {
+  {
+    std::lock_guard lock(mu);
+    stopping = true;
+  }
+  driver_cv.notify_all();
+  driver.join();
+}
+
+void VirtualTime::begin_run() {
+  std::lock_guard lock(mu);
+  for (int r = 0; r < world.size; ++r) unblock(r);
+}
+
+void VirtualTime::block(int rank) {
+  if (blocked[rank]) return;
+  blocked[rank] = 1;
+  if (--active == 0) driver_cv.notify_one();
+}
+
+void VirtualTime::unblock(int rank) {
+  if (!blocked[rank]) return;
+  blocked[rank] = 0;
+  ++active;
+}
+
+void VirtualTime::push(WgState* wg, double t) {
+  Event e;
+  e.t = std::max(t, wg->vclock);
+  e.rank = wg->kernel->device->rank;
+  e.launch = wg->kernel->launch_index;
+  e.wg = wg->id;
+  e.state = wg;
+  std::lock_guard lock(mu);
+  pending.push(e);
+  if (active == 0) driver_cv.notify_one();
+}
+
+void VirtualTime::drive() {
+  std::unique_lock lock(mu);
+  for (;;) {
+    driver_cv.wait(lock, [&] { return stopping || (active == 0 && !pending.empty()); });
+    if (stopping) return;
+    const Event e = pending.top();
+    pending.pop();
+    if (e.host) {
+      // The host thread runs alone from here until it blocks again: whatever it launches starts
+      // at or after e.t, so nothing earlier than what is pending can appear meanwhile.
+      resumed[e.rank] = 1;
+      unblock(e.rank);
+      host_cv.notify_all();
+      continue;
+    }
+    WgState* wg = e.state;
+    wg->vclock = std::max(wg->vclock, e.t);
+    lock.unlock();
+    run_wg(wg);
+    lock.lock();
+  }
+}
+
+void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
+  std::unique_lock lock(mu);
+  const double start = clock[rank] + model::launch_seconds(preset);
+  k.vt_start = start;
+  k.vt_end = start;
+  if (k.wgs.empty()) {  // an empty grid still costs its launch
+    clock[rank] = start;
+    return;
+  }
+  const int cus = preset.device.compute_units;
+  for (auto& cu : devices[rank].cus) cu.forget_before(start);
+  for (auto& link : devices[rank].peer_links) link.forget_before(start);
+  devices[rank].nic.forget_before(start);
+  for (auto& wg : k.wgs) {
+    wg->vcu = wg->id % cus;
+    wg->vclock = start;
+    wg->arrivals.assign(world.size, 0.0);
+  }
+  for (int i = 0; i < initial; ++i) {
+    WgState* wg = k.wgs[k.order[i]].get();
+    Event e;
+    e.t = start;
+    e.rank = rank;
+    e.launch = k.launch_index;
+    e.wg = wg->id;
+    e.state = wg;
+    pending.push(e);
+  }
+  resumed[rank] = 0;
+  block(rank);
+  driver_cv.notify_one();
+  host_cv.wait(lock, [&] { return resumed[rank] != 0; });
+  resumed[rank] = 0;
+  clock[rank] = k.vt_end;
+  if (world.tracing) {
+    TraceEvent ev;
+    ev.name = k.name;
+    ev.category = "kernel";
+    ev.pid = rank;
+    ev.tid = kKernelTrack;
+    ev.ts_us = start * 1e6;
+    ev.dur_us = (k.vt_end - start) * 1e6;
+    lock.unlock();
+    world.record(std::move(ev));
+  }
+}
+
+void VirtualTime::wg_finished(Kernel& k, WgState* wg, bool last) {
+  double end = wg->vclock;
+  for (double a : wg->arrivals) end = std::max(end, a);  // the kernel ends after its puts landed
+  std::lock_guard lock(mu);
+  k.vt_end = std::max(k.vt_end, end);
+  if (!last) return;
+  Event e;
+  e.t = k.vt_end;
+  e.host = true;
+  e.rank = k.device->rank;
+  e.launch = k.launch_index;
+  pending.push(e);
+}
+
+double VirtualTime::now(int rank) {
+  std::lock_guard lock(mu);
+  return clock[rank];
+}
+
+// ----------------------------------------------------------------------------------------------
+// Costs (driver thread only: the workgroup calling them is the one running)
+
+void VirtualTime::compute(WgState& wg, const char* what, double seconds) {
+  const int rank = wg.kernel->device->rank;
+  const double start = devices[rank].cus[wg.vcu].book(wg.vclock, seconds);
+  wg.vclock = start + seconds;
+  if (world.tracing && seconds > 0) {
+    TraceEvent e;
+    e.name = fusedcoll::detail::make_string(wg.kernel->name, " ", what, " ", wg.id);
+    e.category = what;
+    e.pid = rank;
+    e.tid = wg.vcu;
+    e.ts_us = start * 1e6;
+    e.dur_us = seconds * 1e6;
+    world.record(std::move(e));
+  }
+}
+
+double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const char* what) {
+  const int src = wg.kernel->device->rank;
+  const model::Links& l = preset.links;
+  VirtualDevice& dev = devices[src];
+  const bool near = l.same_node(src, peer);
+  const double gbps = near ? l.peer_gbps : l.nic_gbps;
+  const double latency = (near ? l.peer_us : l.nic_us) * 1e-6;
+  Calendar& link = !near ? dev.nic
+                   : l.peer_topology == model::PeerTopology::mesh ? dev.peer_links[peer]
+                                                                 : dev.peer_links[0];
+  const double seconds = double(bytes) / (gbps * 1e9);
+  const double start = link.book(wg.vclock, seconds);
+  const double arrival = start + seconds + latency;
+  wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
+  if (world.tracing && seconds > 0) {
+    TraceEvent e;
+    e.name = fusedcoll::detail::make_string(what, " to r", peer, " ", bytes, " B");
+    e.category = "link";
+    e.pid = src;
+    e.tid = &link == &dev.nic                ? kNicTrack
+            : dev.peer_links.size() == 1 ? kLinkTrack  // the switch port
+                                         : kLinkTrack + 1 + peer;
+    e.ts_us = start * 1e6;
+    e.dur_us = seconds * 1e6;
+    world.record(std::move(e));
+  }
+  return arrival;
+}
+
+double VirtualTime::signal_arrival(const WgState& wg, int peer) const {
+  const int src = wg.kernel->device->rank;
+  if (peer == src) return wg.vclock;
+  const model::Links& l = preset.links;
+  const double latency = (l.same_node(src, peer) ? l.peer_us : l.nic_us) * 1e-6;
+  return std::max(wg.vclock + latency, wg.arrivals[peer]);
+}
+
+}  // namespace fusedcoll::emu::impl

@@ -1,0 +1,117 @@
+#pragma once
+// Virtual time (WorldOptions::clock = virtual_time; docs/simulation.md, "Virtual time";
+// emu/vtime.cpp): the emulator as a discrete-event simulation of the cost model's machine.
+//
+// Every workgroup carries a virtual clock (seconds), every rank's host thread too. One driver
+// thread runs every workgroup, one resumption at a time, always the pending one with the smallest
+// virtual time (ties by rank, launch, workgroup id), and only while every host thread is blocked
+// (in a launch, a rendezvous, or done with `World::run`): then nothing can still appear with an
+// earlier time, so each resource (a compute unit, a link) is granted in virtual-time order.
+// Nothing here reads the host's clock or depends on its threads, so virtual times are a function
+// of the model and the plan alone. A host thread is itself an event: it resumes when the driver
+// reaches its kernel's end, and runs (alone) until it blocks again.
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "emu/scheduler.hpp"
+#include "fusedcoll/model.hpp"
+
+namespace fusedcoll::emu::impl {
+
+/// The busy stretches of one resource (a compute unit, a link). A request is granted the earliest
+/// free stretch of its length at or after the time it is ready: requests come in (nearly)
+/// virtual-time order, but a workgroup runs from one wait to the next in one go, so a request may
+/// arrive after a later one of another workgroup; filling the gap it left keeps the resource's
+/// utilisation what it would be on the device.
+class Calendar {
+ public:
+  /// Books `duration` seconds at the earliest free stretch starting at or after `ready`; returns
+  /// its start.
+  double book(double ready, double duration);
+  /// Forgets the stretches that end at or before `t` (no request can be ready before it).
+  void forget_before(double t);
+
+ private:
+  std::map<double, double> busy_;  // start -> end; disjoint
+};
+
+/// One pending resumption: a workgroup, or a host thread at its kernel's end.
+struct Event {
+  double t = 0;
+  bool host = false;
+  int rank = 0;
+  std::uint64_t launch = 0;
+  int wg = 0;
+  WgState* state = nullptr;
+  bool operator>(const Event& o) const {
+    if (t != o.t) return t > o.t;
+    if (host != o.host) return !host;  // hosts first
+    if (rank != o.rank) return rank > o.rank;
+    if (launch != o.launch) return launch > o.launch;
+    return wg > o.wg;
+  }
+};
+
+/// The device side of one rank's machine: its compute units and its egress links.
+struct VirtualDevice {
+  std::vector<Calendar> cus;
+  std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port
+  Calendar nic;
+  std::vector<double> slot_time;  // when each signal slot reached its value
+};
+
+struct VirtualTime {
+  VirtualTime(World::State& world, model::Preset preset);
+  ~VirtualTime();
+
+  World::State& world;
+  const model::Preset preset;
+
+  std::mutex mu;
+  std::condition_variable driver_cv;  // the driver: something to run, or stop
+  std::condition_variable host_cv;    // host threads: their kernel ended
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> pending;
+  int active = 0;              // host threads running (not blocked)
+  std::vector<char> blocked;   // per rank
+  std::vector<char> resumed;   // per rank: its kernel's end was reached
+  std::vector<double> clock;   // per rank: the host thread's virtual time
+  std::vector<VirtualDevice> devices;
+  bool stopping = false;
+  std::thread driver;
+
+  /// `World::run` starts with every host thread running.
+  void begin_run();
+  /// The host thread of `rank` blocks (waits in a rendezvous or a launch, or is done) / runs
+  /// again. Both with `mu` held.
+  void block(int rank);
+  void unblock(int rank);
+
+  /// Queues `wg` to be resumed at `t` (from any thread).
+  void push(WgState* wg, double t);
+  /// Runs kernel `k` of `rank` in virtual time: launch cost, then its first `initial` workgroups;
+  /// returns on the host thread when the driver reached the kernel's end.
+  void run_kernel(int rank, Kernel& k, int initial);
+  /// A workgroup ended at `t`; the last one queues its host thread at the kernel's end.
+  void wg_finished(Kernel& k, WgState* wg, bool last);
+
+  /// Seconds of `work` on workgroup `wg`'s compute unit, from its clock; advances it.
+  void compute(WgState& wg, const char* what, double seconds);
+  /// `bytes` from `wg`'s device to `peer`: books the link, returns the arrival time.
+  double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
+  /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
+  double signal_arrival(const WgState& wg, int peer) const;
+
+  /// The host thread `rank`'s virtual time (locks `mu`).
+  double now(int rank);
+
+ private:
+  void drive();
+};
+
+}  // namespace fusedcoll::emu::impl

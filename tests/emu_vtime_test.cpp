@@ -1,0 +1,334 @@
+// The emulator in virtual time (docs/simulation.md, "Virtual time"): exact times of tiny
+// hand-computed kernels (a put, a chain of signals, workgroups sharing a compute unit, kernel
+// launches), the same times whatever the fuzzing seed and host threads, bit-exact data, and
+// presets rejected by name.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emu/runtime.hpp"
+#include "emu/state.hpp"
+#include "fusedcoll/emu.hpp"
+#include "fusedcoll/fusedcoll.hpp"
+
+namespace fc = fusedcoll;
+using fc::emu::Cmp;
+using fc::emu::SignalOp;
+using fc::emu::WgContext;
+using fc::emu::WgTask;
+using fc::emu::World;
+using fc::emu::WorldOptions;
+
+namespace {
+
+/// A machine whose costs are round numbers: each compute unit moves 1 GB/s (a copy of 500 bytes,
+/// 1000 bytes read plus written, takes 1 us), links carry 1 GB/s (1000 bytes: 1 us) with 2 us of
+/// latency, a launch takes 5 us.
+std::shared_ptr<const fc::model::Preset> round_machine(int cus) {
+  fc::model::Preset p;
+  p.name = "round";
+  p.origin = "emu_vtime_test";
+  p.device.compute_units = cus;
+  p.device.resident_wgs_per_cu = 4;
+  p.device.cu_gflops = 1;
+  p.device.memory_gbps = cus;  // 1 GB/s per compute unit
+  p.device.launch_us = 5;
+  p.links.gpus_per_node = 64;
+  p.links.peer_topology = fc::model::PeerTopology::mesh;
+  p.links.peer_gbps = 1;
+  p.links.peer_us = 2;
+  p.links.nic_gbps = 1;
+  p.links.nic_us = 2;
+  p.efficiency.fill(1);
+  return std::make_shared<const fc::model::Preset>(p);
+}
+
+WorldOptions virtual_world(int size, int cus) {
+  WorldOptions o;
+  o.world_size = size;
+  o.timeout_s = 20;
+  o.clock = fc::emu::ClockKind::virtual_time;
+  o.model = round_machine(cus);
+  return o;
+}
+
+fc::emu::Rank& rank_of(World& world, const fc::Communicator& comm) {
+  return *world.state().ranks[comm.rank()];
+}
+
+/// Every rank's virtual clock after `run`; they agree after the closing barrier.
+double finish(World& world) {
+  world.run([](fc::Communicator& comm) { fc::barrier(comm); });
+  const double t = world.virtual_seconds(0);
+  for (int r = 1; r < world.size(); ++r) EXPECT_EQ(world.virtual_seconds(r), t);
+  return t;
+}
+
+TEST(EmuVirtualTime, OnePut) {
+  World world(virtual_world(2, 1));
+  std::vector<char> got(1000);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
+    const int slot = rk.slots("arrived", 1);
+    if (comm.rank() == 0) {
+      const std::vector<char> data(1000, 'x');
+      rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
+        wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
+        co_return;
+      });
+    } else {
+      const std::uint64_t target = rk.expect(slot, 1);
+      rk.launch("wait", 1, [&](WgContext& wg) -> WgTask {
+        co_await wg.wait_until(slot, Cmp::ge, target);
+        std::memcpy(got.data(), wg.read(box, 0, 1000), 1000);
+      });
+    }
+  });
+  EXPECT_EQ(got, std::vector<char>(1000, 'x'));
+  // Launch 5 us; 1000 bytes leave in 1 us and land 2 us later; the signal follows them.
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 8e-6);  // a kernel ends when its puts have landed
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(1), 8e-6);
+  EXPECT_DOUBLE_EQ(finish(world), 8e-6);
+}
+
+TEST(EmuVirtualTime, ChainOfTwoSignals) {
+  World world(virtual_world(3, 1));
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const int slot = rk.slots("token", 1);
+    const int me = comm.rank();
+    const std::uint64_t target = me > 0 ? rk.expect(slot, 1) : 0;
+    rk.launch("relay", 1, [&](WgContext& wg) -> WgTask {
+      if (me > 0) co_await wg.wait_until(slot, Cmp::ge, target);
+      if (me < 2) wg.signal(me + 1, slot, SignalOp::add, 1);
+    });
+  });
+  // Rank 0 signals at 5 us (its launch); it lands at 7 us on rank 1, whose signal lands at 9 us
+  // on rank 2.
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 5e-6);
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(1), 7e-6);
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(2), 9e-6);
+  EXPECT_DOUBLE_EQ(finish(world), 9e-6);
+}
+
+/// Two workgroups, each copying 500 bytes (1 us on one compute unit), on a device of `cus`.
+double two_copies(int cus) {
+  World world(virtual_world(1, cus));
+  world.run([&](fc::Communicator& comm) {
+    std::vector<char> a(2 * 500, 'a'), b(2 * 500);
+    rank_of(world, comm).launch("copies", 2, [&](WgContext& wg) -> WgTask {
+      const std::size_t at = static_cast<std::size_t>(wg.wg()) * 500;
+      wg.compute("copy", {fc::model::copy(500)},
+                 [&] { std::memcpy(b.data() + at, a.data() + at, 500); });
+      co_return;
+    });
+    EXPECT_EQ(a, b);
+  });
+  return world.virtual_seconds(0);
+}
+
+TEST(EmuVirtualTime, WorkgroupsOnOneComputeUnitTakeTurns) {
+  EXPECT_DOUBLE_EQ(two_copies(1), 7e-6);  // 5 us launch, then one copy after the other
+  EXPECT_DOUBLE_EQ(two_copies(2), 6e-6);  // side by side
+}
+
+TEST(EmuVirtualTime, KernelLaunchesCost) {
+  World world(virtual_world(1, 1));
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    rk.launch("empty grid", 0, [](WgContext&) -> WgTask { co_return; });
+    rk.launch("one", 1, [](WgContext&) -> WgTask { co_return; });
+    rk.launch("two", 1, [](WgContext&) -> WgTask { co_return; });
+  });
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 15e-6);
+}
+
+TEST(EmuVirtualTime, BarrierMeetsAtTheLatestRank) {
+  World world(virtual_world(2, 1));
+  world.run([&](fc::Communicator& comm) {
+    if (comm.rank() == 1) rank_of(world, comm).launch("k", 1, [](WgContext&) -> WgTask { co_return; });
+    fc::barrier(comm);
+  });
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 5e-6);
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(1), 5e-6);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Every op and collective: bit-exact, with the same virtual times whatever the host does.
+
+struct Outcome {
+  std::vector<double> times;  // per call
+  std::vector<std::vector<float>> outputs;
+  bool operator==(const Outcome&) const = default;
+};
+
+/// A fixed sequence of calls (each op in each mode, plain and compressed collectives), each
+/// timed in virtual time between barriers, its output checked against ref/.
+Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int host_threads) {
+  constexpr int P = 4;
+  WorldOptions o;
+  o.world_size = P;
+  o.device.compute_units = host_threads;
+  o.fuzz_seed = fuzz_seed;
+  o.clock = fc::emu::ClockKind::virtual_time;
+  o.preset = preset;
+  o.device.max_resident_wgs = 8;  // small grids keep the test fast on any preset
+  World world(o);
+  Outcome out;
+
+  auto timed = [&](const std::function<void(fc::Communicator&)>& call) {
+    world.run([&](fc::Communicator& comm) {
+      fc::barrier(comm);
+      call(comm);
+      fc::barrier(comm);
+    });
+    out.times.push_back(world.virtual_seconds(0));
+  };
+
+  // The three operators, every mode.
+  fc::GemvProblem gp;
+  gp.world_size = P;
+  gp.m = 2;
+  gp.n = 300;
+  gp.k_splits = {64, 32, 0, 96};
+  gp.seed = 11;
+  fc::EmbeddingProblem ep;
+  ep.world_size = P;
+  ep.dim = 24;
+  ep.table_rows = {50, 60, 70, 80, 90};
+  ep.owner = {0, 1, 3, 3, 2};
+  ep.batch_sizes = {7, 0, 33, 12};
+  ep.min_bag = 0;
+  ep.max_bag = 5;
+  ep.seed = 12;
+  fc::GemmProblem mp;
+  mp.world_size = P;
+  mp.k = 16;
+  mp.n = 40;
+  mp.host = {0, 2, 3};
+  mp.seed = 13;
+  mp.random_routing(20);
+  for (fc::Mode mode : {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out}) {
+    auto expect = fc::make_world(gp);
+    auto ea = fc::args_of(expect);
+    fc::ref::gemv_allreduce(ea);
+    auto got = fc::make_world(gp);
+    auto ga = fc::args_of(got);
+    timed([&](fc::Communicator& c) { fc::gemv_allreduce(c, ga[c.rank()], mode); });
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(std::memcmp(expect[r].y.data(), got[r].y.data(), got[r].y.size() * 4), 0)
+          << "gemv " << fc::to_string(mode);
+      out.outputs.push_back(got[r].y);
+    }
+
+    auto eexp = fc::make_world(ep);
+    auto eea = fc::args_of(eexp);
+    fc::ref::embedding_alltoall(eea);
+    auto egot = fc::make_world(ep);
+    auto ega = fc::args_of(egot);
+    timed([&](fc::Communicator& c) { fc::embedding_alltoall(c, ega[c.rank()], mode); });
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(std::memcmp(eexp[r].output.data(), egot[r].output.data(),
+                            egot[r].output.size() * 4),
+                0)
+          << "embedding " << fc::to_string(mode);
+      out.outputs.push_back(egot[r].output);
+    }
+
+    auto mexp = fc::make_world(mp);
+    auto mea = fc::args_of(mexp);
+    fc::ref::gemm_alltoall(mea);
+    auto mgot = fc::make_world(mp);
+    auto mga = fc::args_of(mgot);
+    timed([&](fc::Communicator& c) { fc::gemm_alltoall(c, mga[c.rank()], mode); });
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(std::memcmp(mexp[r].output.data(), mgot[r].output.data(),
+                            mgot[r].output.size() * 4),
+                0)
+          << "gemm " << fc::to_string(mode);
+      out.outputs.push_back(mgot[r].output);
+    }
+  }
+
+  // AllReduce, plain and compressed, direct and ring.
+  const std::int64_t n = 70000;
+  std::vector<std::vector<float>> send(P, std::vector<float>(n)), recv(P, std::vector<float>(n));
+  for (int r = 0; r < P; ++r)
+    for (std::int64_t i = 0; i < n; ++i) send[r][i] = float((i * 7 + r * 13) % 101) * 0.25f - 3;
+  for (fc::WireFormat f : {fc::WireFormat::none, fc::WireFormat::f16, fc::WireFormat::fp8_e4m3})
+    for (fc::AllReduceAlgo algo : {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring}) {
+      std::vector<fc::AllReduceArgs> args(P);
+      for (int r = 0; r < P; ++r) {
+        args[r].send = send[r].data();
+        args[r].recv = recv[r].data();
+        args[r].count = n;
+        args[r].algo = algo;
+        args[r].wire.format = f;
+      }
+      std::vector<std::vector<float>> want(P, std::vector<float>(n));
+      std::vector<fc::AllReduceArgs> ref_args = args;
+      for (int r = 0; r < P; ++r) ref_args[r].recv = want[r].data();
+      fc::ref::all_reduce(ref_args);
+      timed([&](fc::Communicator& c) { fc::all_reduce(c, args[c.rank()]); });
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(std::memcmp(want[r].data(), recv[r].data(), n * 4), 0)
+            << "all_reduce " << fc::to_string(f) << " " << fc::to_string(algo);
+        out.outputs.push_back(recv[r]);
+      }
+    }
+  return out;
+}
+
+TEST(EmuVirtualTime, SameTimesForEverySeedAndHostThreadCount) {
+  const Outcome base = run_sequence("mi250x", 0, 1);
+  for (double t : base.times) EXPECT_GT(t, 0);
+  for (std::size_t i = 1; i < base.times.size(); ++i) EXPECT_GT(base.times[i], base.times[i - 1]);
+  EXPECT_EQ(run_sequence("mi250x", 7, 1), base);
+  EXPECT_EQ(run_sequence("mi250x", 0, 3), base);
+  EXPECT_EQ(run_sequence("mi250x", 12345, 2), base);
+}
+
+TEST(EmuVirtualTime, HostPresetBitExactToo) {
+  const Outcome a = run_sequence("host", 3, 2);
+  EXPECT_EQ(run_sequence("host", 0, 1).times, a.times);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Bad presets and options
+
+TEST(EmuVirtualTime, BadPresetsAreRejectedByName) {
+  auto fails = [](WorldOptions o, const std::string& needle) {
+    try {
+      World world(o);
+      ADD_FAILURE() << "expected InvalidArgument naming " << needle;
+    } catch (const fc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  WorldOptions o;
+  o.clock = fc::emu::ClockKind::virtual_time;
+  o.preset = "no_such_machine";
+  fails(o, "no_such_machine");
+  o.preset = "/nonexistent/dir/m.preset";
+  fails(o, "/nonexistent/dir/m.preset");
+  auto bad = std::make_shared<fc::model::Preset>(*round_machine(1));
+  bad->links.peer_gbps = -1;
+  o.model = bad;
+  fails(o, "peer_gbps");
+}
+
+TEST(EmuVirtualTime, WallClockHasNoVirtualTime) {
+  WorldOptions o;
+  o.world_size = 1;
+  o.clock = fc::emu::ClockKind::wall;
+  World world(o);
+  EXPECT_FALSE(world.virtual_time());
+  EXPECT_THROW((void)world.virtual_seconds(0), fc::InvalidArgument);
+}
+
+}  // namespace
