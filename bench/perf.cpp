@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "fusedcoll/emu.hpp"
@@ -44,21 +45,28 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// Times `call` on every rank: `batches` x (barrier, clock, `per_batch` calls, barrier, clock).
-/// Returns the median seconds per call.
+/// Returns the median seconds per call. In virtual time the clock is the rank's virtual clock,
+/// which every rank reads alike after a barrier: the time from the common start to the latest
+/// rank's end.
 double time_calls(fc::emu::World& world, const std::function<void(fc::Communicator&)>& call,
                   int warmup, int iters) {
   const int batches = std::min(iters, 5);
   const int per_batch = std::max(1, iters / batches);
   std::vector<double> per_call;
+  const bool virtual_time = world.virtual_time();
   world.run([&](fc::Communicator& comm) {
     for (int i = 0; i < warmup; ++i) call(comm);
     for (int b = 0; b < batches; ++b) {
       fc::barrier(comm);
       const auto t0 = Clock::now();
+      const double v0 = virtual_time ? world.virtual_seconds(comm.rank()) : 0;
       for (int i = 0; i < per_batch; ++i) call(comm);
       fc::barrier(comm);
       if (comm.rank() == 0)
-        per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / per_batch);
+        per_call.push_back(
+            (virtual_time ? world.virtual_seconds(0) - v0
+                          : std::chrono::duration<double>(Clock::now() - t0).count()) /
+            per_batch);
     }
   });
   return median(per_call);
@@ -80,6 +88,8 @@ fc::emu::WorldOptions world_options(const Options& o) {
   w.device.compute_units = o.compute_units;
   w.link_gbps = o.link_gbps;
   w.link_latency_us = o.link_us;
+  if (o.clock == "virtual") w.clock = fc::emu::ClockKind::virtual_time;
+  w.preset = o.preset;
   return w;
 }
 
@@ -89,8 +99,7 @@ int calls_per_size(const Options& o) {
   return o.warmup + batches * std::max(1, o.iters / batches);
 }
 
-std::int64_t run_collectives(const Options& o, Printer& out) {
-  fc::emu::World world(world_options(o));
+std::int64_t run_collectives(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
   std::int64_t wrong_total = 0;
   for (const std::int64_t b : sweep(o)) {
@@ -116,8 +125,7 @@ std::int64_t run_collectives(const Options& o, Printer& out) {
   return wrong_total;
 }
 
-std::int64_t run_fused(const Options& o, Printer& out) {
-  fc::emu::World world(world_options(o));
+std::int64_t run_fused(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
   std::int64_t wrong_total = 0;
   for (const std::int64_t b : sweep(o)) {
@@ -151,11 +159,25 @@ std::int64_t run_fused(const Options& o, Printer& out) {
   return wrong_total;
 }
 
+/// The header's description of the machine.
+std::string setup_text(const fc::emu::World& world, const Options& o) {
+  if (!world.virtual_time())
+    return fc::detail::make_string(o.compute_units, " compute units per virtual GPU");
+  const fc::model::Preset& p = world.preset();
+  return fc::detail::make_string(
+      "virtual time on preset '", p.name, "' (", p.origin, ": ", p.device.compute_units,
+      " CUs x ", p.device.cu_gflops, " GFLOP/s, ", p.device.memory_gbps, " GB/s, launch ",
+      p.device.launch_us, " us; ", fc::model::to_string(p.links.peer_topology), " peer links ",
+      p.links.peer_gbps, " GB/s + ", p.links.peer_us, " us, ", p.links.gpus_per_node,
+      " per node, NIC ", p.links.nic_gbps, " GB/s + ", p.links.nic_us, " us)");
+}
+
 int run_emu(const Options& o) {
-  Printer out(o, o.ranks,
-              fc::detail::make_string(o.compute_units, " compute units per virtual GPU"), "");
+  fc::emu::World world(world_options(o));
+  Printer out(o, o.ranks, setup_text(world, o), "");
   out.header();
-  const std::int64_t wrong = is_fused(o.op) ? run_fused(o, out) : run_collectives(o, out);
+  const std::int64_t wrong =
+      is_fused(o.op) ? run_fused(world, o, out) : run_collectives(world, o, out);
   out.footer();
   if (wrong > 0) {
     std::fprintf(stderr, "fusedcoll-perf: %lld elements differ from ref/\n",

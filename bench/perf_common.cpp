@@ -41,6 +41,10 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --predivide                -o avg divides before summing
        --overflow saturate|ieee   out-of-range values (default saturate)
        --link-gbps X --link-us Y  emulator link model (default off; emu only)
+       --clock wall|virtual       emu: the host's clock (default) or the cost model's virtual
+                                  time (docs/simulation.md; default -n 1 -w 0: it is exact)
+       --preset NAME|PATH         virtual time's machine: host mi250x h100 or a preset file
+                                  (default FUSEDCOLL_PRESET, else host)
        --symmetric                mpi, allreduce / alltoall / embedding / gemm: receive buffers
                                   and outputs in mpi::SymmetricBuffers (peers put into them)
        --csv | --json             machine-readable output
@@ -101,7 +105,7 @@ Options parse(int argc, char** argv) {
     std::exit(0);
   }
   if (std::find(ops.begin(), ops.end(), o.op) == ops.end()) usage_error("unknown op '" + o.op + "'");
-  bool link_given = false;
+  bool link_given = false, iters_given = false, warmup_given = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -113,8 +117,13 @@ Options parse(int argc, char** argv) {
     else if (a == "-f") {
       o.factor = parse_double(value(), "-f");
       if (o.factor <= 1) usage_error("-f must be > 1");
-    } else if (a == "-n") o.iters = parse_int(value(), "-n", 1, 1000000);
-    else if (a == "-w") o.warmup = parse_int(value(), "-w", 0, 1000000);
+    } else if (a == "-n") {
+      o.iters = parse_int(value(), "-n", 1, 1000000);
+      iters_given = true;
+    } else if (a == "-w") {
+      o.warmup = parse_int(value(), "-w", 0, 1000000);
+      warmup_given = true;
+    }
     else if (a == "-c") o.check = parse_int(value(), "-c", 0, 1) == 1;
     else if (a == "-g") o.ranks = parse_int(value(), "-g", 1, 64);
     else if (a == "-C") o.compute_units = parse_int(value(), "-C", 1, 64);
@@ -161,6 +170,12 @@ Options parse(int argc, char** argv) {
     } else if (a == "--link-us") {
       o.link_us = parse_double(value(), "--link-us");
       link_given = true;
+    } else if (a == "--clock") {
+      o.clock = value();
+      if (o.clock != "wall" && o.clock != "virtual")
+        usage_error("--clock '" + o.clock + "' is not wall or virtual");
+    } else if (a == "--preset") {
+      o.preset = value();
     } else if (a == "--symmetric") o.symmetric = true;
     else if (a == "--csv") o.format = Options::Format::csv;
     else if (a == "--json") o.format = Options::Format::json;
@@ -169,6 +184,16 @@ Options parse(int argc, char** argv) {
   if (o.min_bytes < 0) o.min_bytes = is_fused(o.op) ? 64 << 10 : 1 << 10;
   if (o.max_bytes < 0) o.max_bytes = is_fused(o.op) ? 16 << 20 : 64 << 20;
   if (o.max_bytes < o.min_bytes) usage_error("-e is smaller than -b");
+  if (o.clock == "virtual" || !o.preset.empty()) {
+    if (o.backend != "emu") usage_error("--clock virtual / --preset: the emulator's (emu only)");
+    if (o.clock != "virtual") usage_error("--preset applies to --clock virtual");
+    if (link_given)
+      usage_error("--link-gbps / --link-us: in virtual time the preset's links apply (edit a "
+                  "copy of the preset instead)");
+    // Virtual time is exact and deterministic: one call per size measures it.
+    if (!iters_given) o.iters = 1;
+    if (!warmup_given) o.warmup = 0;
+  }
   if (o.backend == "emu") {
     if (o.ranks == 0) o.ranks = 4;
     if (o.compute_units == 0) o.compute_units = 2;
@@ -260,7 +285,8 @@ void Printer::header() {
   }
   std::printf("# fusedcoll-perf %s: %d ranks, %s, backend %s, compress %s, link %s\n",
               o_.op.c_str(), ranks_, setup_.c_str(), o_.backend.c_str(), o_.compress.c_str(),
-              o_.link_gbps > 0 || o_.link_us > 0
+              o_.clock == "virtual" ? "the preset's"
+              : o_.link_gbps > 0 || o_.link_us > 0
                   ? fc::detail::make_string(o_.link_gbps, " GB/s + ", o_.link_us, " us").c_str()
                   : "off");
   if (o_.backend == "gpu")
@@ -272,6 +298,10 @@ void Printer::header() {
     std::printf("# %d warm-up + %d timed rounds per size, variants shuffled per round; time = "
                 "median per call (barrier, clock, call, barrier, clock); wire not measured on "
                 "mpi\n",
+                o_.warmup, o_.iters);
+  else if (o_.clock == "virtual")
+    std::printf("# predicted: %d warm-up + %d timed calls per size in virtual time; time = from "
+                "the barrier before a call to its latest rank's end (docs/simulation.md)\n",
                 o_.warmup, o_.iters);
   else
     std::printf("# %d warm-up + %d timed iterations per size; time = median over batches\n",

@@ -33,6 +33,8 @@ struct Options {
   fc::CompressionOptions wire;
   double link_gbps = 0, link_us = 0;
   bool symmetric = false;  // --symmetric (mpi): receive buffers / outputs in SymmetricBuffers
+  std::string clock = "wall";  // --clock (emu): wall or virtual
+  std::string preset;          // --preset (virtual): name or path; empty = FUSEDCOLL_PRESET
   enum class Format { table, csv, json } format = Format::table;
 };
 

@@ -110,6 +110,8 @@ void run_wg(WgState* wg) {
 
 void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
   World::State& world = *device->world;
+  // Read before done_cv: on the wall clock the kernel, and the world, may be gone right after.
+  VirtualTime* const vt = world.vt.get();
   if (wg_error) {
     world.abort_from(wg_error, fusedcoll::detail::make_string("rank ", device->rank, " kernel '",
                                                               name, "' WG ", wg->id));
@@ -144,7 +146,7 @@ void Kernel::finish(WgState* wg, std::exception_ptr wg_error) {
   }
   // Virtual time: the launching host thread waits for the driver, not done_cv, so the kernel is
   // still alive here.
-  if (world.vt) world.vt->wg_finished(*this, wg, last);
+  if (vt) vt->wg_finished(*this, wg, last);
 }
 
 }  // namespace impl

@@ -13,11 +13,13 @@ shared by every panel, so that the panels compare.
 
 Event categories (the Chrome "cat" field) are drawn as:
   - compute spans (gemv, reduce, gemm, pool, anything not named below): boxes in shades of blue;
-  - put and zero-copy store (categories "put" and "store"): green boxes;
+  - put and zero-copy store (categories "put" and "store"), and in virtual time a link's
+    occupancy ("link", on the device's link tracks): green boxes;
   - signal: red ticks (the emulator gives them a nominal 0.5 us);
   - wait: orange, behind the compute boxes (a waiting workgroup holds no compute unit; the
     emulator files the wait under the compute unit that resumed it);
-  - wg (a workgroup's residency, start to finish): a grey strip along the bottom of the row.
+  - wg (a workgroup's residency, start to finish): a grey strip along the bottom of the row;
+  - kernel (virtual time: one per kernel, on the device's "kernels" track): the kernels lane.
 
 Needs only the Python 3 standard library (PNG via zlib, a built-in 5x7 bitmap font).
 Exit status: 0 on success, 2 on a usage or input error (a missing file, invalid JSON, a file that
@@ -279,7 +281,12 @@ class Trace:
                              "(FUSEDCOLL_TRACE) and did its World finish?")
         self.t0 = min(ev[4] for ev in self.events)
         self.span = max(ev[4] + ev[5] for ev in self.events) - self.t0
-        tracks = {(ev[0], ev[1]) for ev in self.events} | set(self.thread_names)
+        # Virtual-time traces carry each kernel on a "kernels" track of its device: they are drawn
+        # in the kernels lane, not as a row.
+        self.kernel_events = [ev for ev in self.events if ev[2] == "kernel"]
+        self.events = [ev for ev in self.events if ev[2] != "kernel"]
+        kernel_tracks = {(ev[0], ev[1]) for ev in self.kernel_events}
+        tracks = ({(ev[0], ev[1]) for ev in self.events} | set(self.thread_names)) - kernel_tracks
         self.tracks = sorted(tracks, key=lambda k: (_sort_key(k[0]), _sort_key(k[1])))
         self.devices = {p for p, _ in self.tracks}
 
@@ -289,10 +296,11 @@ class Trace:
         return f"{proc} {self.thread_names.get(track, f'tid {tid}')}"
 
     def kernels(self):
-        """[(name, start, end)] over all devices, from the 'wg' events ('<kernel> wg <id>')."""
+        """[(name, start, end)] over all devices, from the 'wg' events ('<kernel> wg <id>'), or in
+        virtual time from the 'kernel' events."""
         ext = {}
-        for _, _, cat, name, ts, dur in self.events:
-            if cat != "wg":
+        for _, _, cat, name, ts, dur in self.events + self.kernel_events:
+            if cat not in ("wg", "kernel"):
                 continue
             kernel = name.rsplit(" wg ", 1)[0] if " wg " in name else name
             lo, hi = ext.get(kernel, (math.inf, -math.inf))
@@ -312,7 +320,7 @@ BAND = ("#ffffff", "#f3f5f8")  # alternate devices
 PUT, SIGNAL, WAIT, WG = "#2ca02c", "#d62728", "#ffb84d", "#c4c4c4"
 KERNEL_FILL = ("#9aa7b8", "#c0c9d6")
 COMPUTE_SHADES = ("#1f5fa8", "#6aaee8", "#0b3866", "#3f86cf", "#9ccbf2", "#2a4f7a")
-SPECIAL = {"put", "store", "signal", "wait", "wg"}
+SPECIAL = {"put", "store", "link", "signal", "wait", "wg"}
 
 
 def nice_step(span, target_ticks):
@@ -456,7 +464,7 @@ def render(traces, out_path, title, width, row_h):
             x1 = max(x0 + min_w, x_of(ev[4] + ev[5] - t.t0))
             cv.rect(round(x0), y0, max(round(x0) + min_w, round(x1)), y1, color)
 
-        layers = (("wg",), ("wait",), ("compute", "put", "store"), ("signal",))
+        layers = (("wg",), ("wait",), ("compute", "put", "store", "link"), ("signal",))
         for layer in layers:
             for ev in t.events:
                 cat = ev[2] if ev[2] in SPECIAL else "compute"
@@ -469,7 +477,7 @@ def render(traces, out_path, title, width, row_h):
                     box(ev, ry + pad, ry + row_h - pad - 4, WAIT)
                 elif cat == "signal":
                     box(ev, ry + 1, ry + row_h // 2, SIGNAL, min_w=2)
-                elif cat in ("put", "store"):
+                elif cat in ("put", "store", "link"):
                     box(ev, ry + pad, ry + row_h - pad - 4, PUT)
                 else:
                     box(ev, ry + pad, ry + row_h - pad - 4, shade[ev[2]])
