@@ -196,10 +196,22 @@ std::string shown(const T& v) {
       make_string("rank ", rank_a, " and rank ", rank_b, " disagree on ", label));
 }
 
-template <class T>
-void agree_value(const T& a, int rank_a, const T& b, int rank_b, const std::string& label) {
-  if (!(a == b)) [[unlikely]]
+/// The cold half of `agree_value`, out of line so that the comparisons stay small.
+template <class T, class Label>
+[[noreturn, gnu::noinline, gnu::cold]] void disagree(const T& a, int rank_a, const T& b, int rank_b,
+                                                     const Label& label) {
+  if constexpr (std::is_invocable_v<const Label&>)
+    throw_disagreement(rank_a, rank_b, label(), shown(a), shown(b));
+  else
     throw_disagreement(rank_a, rank_b, label, shown(a), shown(b));
+}
+
+/// Throws unless `a == b`. `label` is a string, or a callable that returns one: names of list
+/// entries and wire fields are built only for a mismatch, not on every call.
+template <class T, class Label>
+void agree_value(const T& a, int rank_a, const T& b, int rank_b, const Label& label) {
+  if (!(a == b)) [[unlikely]]
+    disagree(a, rank_a, b, rank_b, label);
 }
 
 /// Throws `InvalidArgument` naming the first global field on which two ranks' calls differ, then
@@ -213,15 +225,20 @@ void check_agreement(const Args& a, int rank_a, const Args& b, int rank_b) {
     } else if constexpr (requires { field.count_label; }) {
       const auto& va = a.*field.member;
       const auto& vb = b.*field.member;
+      if (va == vb) [[likely]]
+        return;
       agree_value(va.size(), rank_a, vb.size(), rank_b, field.count_label);
       for (std::size_t i = 0; i < va.size(); ++i)
-        agree_value(va[i], rank_a, vb[i], rank_b, make_string(field.name, "[", i, "]"));
+        agree_value(va[i], rank_a, vb[i], rank_b,
+                    [&] { return make_string(field.name, "[", i, "]"); });
     } else if constexpr (requires { field.op; }) {
       const CompressionOptions& wa = a.*field.member;
       const CompressionOptions& wb = b.*field.member;
+      if (wa == wb) [[likely]]
+        return;
       for_each_wire_field([&](const auto& w) {
         agree_value(wa.*w.member, rank_a, wb.*w.member, rank_b,
-                    make_string("the ", field.op, " wire ", w.label));
+                    [&] { return make_string("the ", field.op, " wire ", w.label); });
       });
     } else {
       static_assert(std::is_same_v<Field, Exchanged<Args, std::int64_t>>);
