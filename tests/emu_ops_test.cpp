@@ -59,8 +59,9 @@ fusedcoll::emu::WorldOptions options(int P, int C, std::uint64_t fuzz_seed = 0, 
 /// Runs `c` on an emulated world; every rank's output must be ref/'s bits both when the rank's
 /// call returns (schedule fuzzing makes a missing wait show here) and at the end of the run.
 template <class Problem>
-void run_case(const Problem& pb, Mode mode, int C, std::uint64_t fuzz = 0, int resident = 0) {
-  OpCase<Problem> c(pb, mode);
+void run_case(const Problem& pb, Mode mode, int C, std::uint64_t fuzz = 0, int resident = 0,
+              Layout layout = Layout::packed) {
+  OpCase<Problem> c(pb, mode, layout);
   SCOPED_TRACE(c.what() + " C=" + std::to_string(C) + " fuzz_seed=" + std::to_string(fuzz) +
                " resident=" + std::to_string(resident));
   fusedcoll::emu::World world(options(pb.world_size, C, fuzz, resident));
@@ -101,35 +102,9 @@ TEST(EmuEmbeddingAllToAll, SingleResidentWorkgroup) {
 TEST(EmuEmbeddingAllToAll, PaddedOutputViews) {
   // Outputs with padded rows (stride(1) > D, stride(0) > T * stride(1)): only the elements of the
   // view are written; padding keeps its poison, as in ref/.
-  for (Mode mode : kModes) {
-    const int P = 3;
-    const EmbeddingProblem pb = emb_problem(P, 1, 55);
-    const std::int64_t T = pb.num_tables(), D = pb.dim;
-    const std::int64_t s1 = D + 3, s0 = T * s1 + 5;
-    auto ref_world = fusedcoll::make_world(pb);
-    auto emu_world = fusedcoll::make_world(pb);
-    std::vector<std::vector<float>> ref_out(P), emu_out(P);
-    auto ref_args = fusedcoll::args_of(ref_world);
-    auto emu_args = fusedcoll::args_of(emu_world);
-    for (int r = 0; r < P; ++r) {
-      const std::int64_t bq = pb.batch_sizes[r];
-      for (auto* v : {&ref_out[r], &emu_out[r]}) {
-        v->assign(static_cast<std::size_t>(std::max<std::int64_t>(bq * s0, 1)), 0.0f);
-        fusedcoll::poison(v->data(), v->size() * sizeof(float));
-      }
-      const std::int64_t shape[] = {bq, T, D}, strides[] = {s0, s1, 1};
-      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
-      emu_args[r].output = fusedcoll::TensorView(emu_out[r].data(), DType::f32, shape, strides);
-    }
-    fusedcoll::ref::embedding_alltoall(ref_args);
-    fusedcoll::emu::World world(options(P, 2));
-    world.run([&](Communicator& comm) {
-      fusedcoll::embedding_alltoall(comm, emu_args[static_cast<std::size_t>(comm.rank())], mode);
-    });
-    for (int r = 0; r < P; ++r)
-      EXPECT_TRUE(same_bits(ref_out[r], emu_out[r]))
-          << "mode " << fusedcoll::to_string(mode) << " rank " << r;
-  }
+  every_mode(emb_problem(3, 1, 55), [](const auto& pb, Mode mode) {
+    run_case(pb, mode, 2, 0, 0, Layout::padded);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,34 +124,9 @@ TEST(EmuGemmAllToAll, SingleResidentWorkgroup) {
 }
 
 TEST(EmuGemmAllToAll, PaddedOutputRows) {
-  for (Mode mode : kModes) {
-    const int P = 3;
-    const GemmProblem pb = gemm_problem(P, 0, 77);
-    const std::int64_t ld = pb.n + 7;
-    auto ref_world = fusedcoll::make_world(pb);
-    auto emu_world = fusedcoll::make_world(pb);
-    std::vector<std::vector<float>> ref_out(P), emu_out(P);
-    auto ref_args = fusedcoll::args_of(ref_world);
-    auto emu_args = fusedcoll::args_of(emu_world);
-    for (int r = 0; r < P; ++r) {
-      const std::int64_t rows = fusedcoll::output_rows(ref_args[r], r);
-      for (auto* v : {&ref_out[r], &emu_out[r]}) {
-        v->assign(static_cast<std::size_t>(std::max<std::int64_t>(rows * ld, 1)), 0.0f);
-        fusedcoll::poison(v->data(), v->size() * sizeof(float));
-      }
-      const std::int64_t shape[] = {rows, pb.n}, strides[] = {ld, 1};
-      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
-      emu_args[r].output = fusedcoll::TensorView(emu_out[r].data(), DType::f32, shape, strides);
-    }
-    fusedcoll::ref::gemm_alltoall(ref_args);
-    fusedcoll::emu::World world(options(P, 2));
-    world.run([&](Communicator& comm) {
-      fusedcoll::gemm_alltoall(comm, emu_args[static_cast<std::size_t>(comm.rank())], mode);
-    });
-    for (int r = 0; r < P; ++r)
-      EXPECT_TRUE(same_bits(ref_out[r], emu_out[r]))
-          << "mode " << fusedcoll::to_string(mode) << " rank " << r;
-  }
+  every_mode(gemm_problem(3, 0, 77), [](const auto& pb, Mode mode) {
+    run_case(pb, mode, 2, 0, 0, Layout::padded);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,6 +134,13 @@ TEST(EmuGemmAllToAll, PaddedOutputRows) {
 
 TEST(EmuGemvAllReduce, MatchesRefAcrossWorldsAndModes) {
   for (int P : kWorldSizes) gemv_grid(P, [](const auto& pb, Mode mode) { run_case(pb, mode, 2); });
+}
+
+TEST(EmuGemvAllReduce, PaddedOutputRows) {
+  for (int P : {1, 3})
+    every_mode(gemv_problem(P, 3, 130, 42, false), [](const auto& pb, Mode mode) {
+      run_case(pb, mode, 2, 0, 0, Layout::padded);
+    });
 }
 
 TEST(EmuGemvAllReduce, SingleResidentWorkgroup) {

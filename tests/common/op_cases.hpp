@@ -29,6 +29,12 @@ inline constexpr Mode kModes[] = {Mode::unfused, Mode::scale_up, Mode::scale_out
 
 // --- Per-operator glue: data, output, ref/ and the backend entry point --------------------------
 
+/// A poisoned buffer of `count` floats (at least one, so that an empty view has an address).
+inline void poisoned_buffer(std::vector<float>& buf, std::int64_t count) {
+  buf.assign(static_cast<std::size_t>(count > 0 ? count : 1), 0.0f);
+  fusedcoll::poison(buf.data(), buf.size() * sizeof(float));
+}
+
 template <class Problem>
 struct Op;
 
@@ -38,6 +44,15 @@ struct Op<EmbeddingProblem> {
   using Args = fusedcoll::EmbeddingAllToAllArgs;
   static std::vector<float>& out(Data& d) { return d.output; }
   static void ref(const std::vector<Args>& a) { fusedcoll::ref::embedding_alltoall(a); }
+  /// Rank r's output [B_r, T, D] in `buf` with padded rows and samples (stride(1) > D,
+  /// stride(0) > T * stride(1)).
+  static void pad(const EmbeddingProblem& pb, int r, Args& a, std::vector<float>& buf) {
+    const std::int64_t T = pb.num_tables(), D = pb.dim, b = pb.batch_sizes[r];
+    const std::int64_t s1 = D + 3, s0 = T * s1 + 5;
+    const std::int64_t shape[] = {b, T, D}, strides[] = {s0, s1, 1};
+    poisoned_buffer(buf, b * s0);
+    a.output = fusedcoll::TensorView(buf.data(), fusedcoll::DType::f32, shape, strides);
+  }
   static void call(Communicator& c, const Args& a, Mode m) { fusedcoll::embedding_alltoall(c, a, m); }
 };
 
@@ -47,6 +62,12 @@ struct Op<GemvProblem> {
   using Args = fusedcoll::GemvAllReduceArgs;
   static std::vector<float>& out(Data& d) { return d.y; }
   static void ref(const std::vector<Args>& a) { fusedcoll::ref::gemv_allreduce(a); }
+  /// Rank r's y [m, n] in `buf` with padded rows.
+  static void pad(const GemvProblem& pb, int, Args& a, std::vector<float>& buf) {
+    const std::int64_t ld = pb.n + 5, shape[] = {pb.m, pb.n}, strides[] = {ld, 1};
+    poisoned_buffer(buf, pb.m * ld);
+    a.y = fusedcoll::TensorView(buf.data(), fusedcoll::DType::f32, shape, strides);
+  }
   static void call(Communicator& c, const Args& a, Mode m) { fusedcoll::gemv_allreduce(c, a, m); }
 };
 
@@ -56,6 +77,13 @@ struct Op<GemmProblem> {
   using Args = fusedcoll::GemmAllToAllArgs;
   static std::vector<float>& out(Data& d) { return d.output; }
   static void ref(const std::vector<Args>& a) { fusedcoll::ref::gemm_alltoall(a); }
+  /// Rank r's output [rows_r, n] in `buf` with padded rows.
+  static void pad(const GemmProblem& pb, int r, Args& a, std::vector<float>& buf) {
+    const std::int64_t rows = fusedcoll::output_rows(a, r), ld = pb.n + 7;
+    const std::int64_t shape[] = {rows, pb.n}, strides[] = {ld, 1};
+    poisoned_buffer(buf, rows * ld);
+    a.output = fusedcoll::TensorView(buf.data(), fusedcoll::DType::f32, shape, strides);
+  }
   static void call(Communicator& c, const Args& a, Mode m) { fusedcoll::gemm_alltoall(c, a, m); }
 };
 
@@ -90,6 +118,10 @@ inline std::string first_difference(const std::vector<float>& got, const std::ve
 
 // --- One call of every rank, checked against ref/ ----------------------------------------------
 
+/// Output views as make_world lays them out, or with padding between rows (and samples) that
+/// must keep its poison: only the elements of the view may be written, as in ref/.
+enum class Layout { packed, padded };
+
 /// A problem's world for the backend (`got`) and ref/'s result (`want`), built the same way from
 /// the seed. A multi-process backend builds the whole world too, runs only its own rank's call
 /// and checks only its own rank.
@@ -99,18 +131,40 @@ struct OpCase {
   Problem pb;
   Mode mode;
   std::vector<typename O::Data> want, got;
-  std::vector<typename O::Args> args;  // views into `got`, one per rank
+  std::vector<typename O::Args> args;  // views into `got` (or `got_pad`), one per rank
+  std::vector<std::vector<float>> want_pad, got_pad;  // the padded outputs, with Layout::padded
 
-  OpCase(const Problem& problem, Mode m)
+  OpCase(const Problem& problem, Mode m, Layout layout = Layout::packed)
       : pb(problem), mode(m), want(fusedcoll::make_world(problem)),
         got(fusedcoll::make_world(problem)), args(fusedcoll::args_of(got)) {
-    O::ref(fusedcoll::args_of(want));
+    std::vector<typename O::Args> ref_args = fusedcoll::args_of(want);
+    if (layout == Layout::padded) {
+      want_pad.resize(want.size());
+      got_pad.resize(got.size());
+      for (int r = 0; r < pb.world_size; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        O::pad(pb, r, ref_args[i], want_pad[i]);
+        O::pad(pb, r, args[i], got_pad[i]);
+      }
+    }
+    O::ref(ref_args);
   }
-  std::string what() const { return describe(pb) + " mode=" + fusedcoll::to_string(mode); }
+  std::string what() const {
+    return describe(pb) + " mode=" + fusedcoll::to_string(mode) + (got_pad.empty() ? "" : " padded");
+  }
   /// This rank's call of the operator on the backend behind `comm`.
-  void call(Communicator& comm) const { O::call(comm, args[static_cast<std::size_t>(comm.rank())], mode); }
-  std::vector<float>& output(int r) { return O::out(got[static_cast<std::size_t>(r)]); }
-  std::vector<float>& expected(int r) { return O::out(want[static_cast<std::size_t>(r)]); }
+  void call(Communicator& comm) const {
+    O::call(comm, args[static_cast<std::size_t>(comm.rank())], mode);
+  }
+  /// Rank r's whole output buffer (padding included) and ref/'s.
+  std::vector<float>& output(int r) {
+    const auto i = static_cast<std::size_t>(r);
+    return got_pad.empty() ? O::out(got[i]) : got_pad[i];
+  }
+  std::vector<float>& expected(int r) {
+    const auto i = static_cast<std::size_t>(r);
+    return want_pad.empty() ? O::out(want[i]) : want_pad[i];
+  }
   /// Rank r's output (or `snapshot` of it) bit for bit against ref/'s.
   ::testing::AssertionResult same_as_ref(int r, const std::vector<float>* snapshot = nullptr) {
     const std::string d = first_difference(snapshot ? *snapshot : output(r), expected(r));

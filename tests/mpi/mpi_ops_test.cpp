@@ -65,8 +65,8 @@ int world_size() { return fctest::world().size(); }
 /// This rank's call of `pb` in `mode` on `comm`, its output checked against ref/'s (every rank
 /// builds the whole world from the seed; tests/common/op_cases.hpp).
 template <class Problem>
-void run_case(Communicator& comm, const Problem& pb, Mode mode) {
-  OpCase<Problem> c(pb, mode);
+void run_case(Communicator& comm, const Problem& pb, Mode mode, Layout layout = Layout::packed) {
+  OpCase<Problem> c(pb, mode, layout);
   SCOPED_TRACE(c.what());
   c.call(comm);
   EXPECT_TRUE(c.same_as_ref(comm.rank()));
@@ -90,31 +90,9 @@ TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
 }
 
 TEST(MpiEmbeddingAllToAll, PaddedOutputViews) {
-  const int P = world_size();
-  const EmbeddingProblem pb = emb_problem(P, 1, 55);
-  const std::int64_t T = pb.num_tables(), D = pb.dim;
-  const std::int64_t s1 = D + 3, s0 = T * s1 + 5;
-  for (Mode mode : kModes) {
-    auto ref_world = fusedcoll::make_world(pb);
-    auto ref_args = fusedcoll::args_of(ref_world);
-    std::vector<std::vector<float>> ref_out(P);
-    for (int r = 0; r < P; ++r) {
-      ref_out[r].resize(
-          static_cast<std::size_t>(std::max<std::int64_t>(pb.batch_sizes[r] * s0, 1)));
-      fusedcoll::poison(ref_out[r].data(), ref_out[r].size() * sizeof(float));
-      const std::int64_t shape[3] = {pb.batch_sizes[r], T, D}, strides[3] = {s0, s1, 1};
-      ref_args[r].output = fusedcoll::TensorView(ref_out[r].data(), DType::f32, shape, strides);
-    }
-    fusedcoll::ref::embedding_alltoall(ref_args);
-    fusedcoll::EmbeddingRankData mine(pb, me());
-    auto args = mine.args();
-    std::vector<float> out(ref_out[me()].size());
-    fusedcoll::poison(out.data(), out.size() * sizeof(float));
-    const std::int64_t shape[3] = {pb.batch_sizes[me()], T, D}, strides[3] = {s0, s1, 1};
-    args.output = fusedcoll::TensorView(out.data(), DType::f32, shape, strides);
-    fusedcoll::embedding_alltoall(fctest::world(), args, mode);
-    EXPECT_TRUE(same_bits(out, ref_out[me()])) << fusedcoll::to_string(mode);
-  }
+  every_mode(emb_problem(world_size(), 1, 55), [](const auto& pb, Mode mode) {
+    run_case(fctest::world(), pb, mode, Layout::padded);
+  });
 }
 
 TEST(MpiEmbeddingAllToAll, SingleWorkgroup) {
@@ -130,6 +108,12 @@ TEST(MpiEmbeddingAllToAll, SingleWorkgroup) {
 
 TEST(MpiGemvAllReduce, MatchesRefInEveryMode) { gemv_grid(world_size(), on_world()); }
 
+TEST(MpiGemvAllReduce, PaddedOutputRows) {
+  every_mode(gemv_problem(world_size(), 3, 130, 42, false), [](const auto& pb, Mode mode) {
+    run_case(fctest::world(), pb, mode, Layout::padded);
+  });
+}
+
 TEST(MpiGemvAllReduce, TransformerShape) {
   GemvProblem pb = GemvProblem::transformer(world_size());
   pb.n = 1024;  // keep the test quick; several tiles per owner chunk still
@@ -142,6 +126,12 @@ TEST(MpiGemvAllReduce, TransformerShape) {
 TEST(MpiGemmAllToAll, MatchesRefInEveryMode) { gemm_grid(world_size(), on_world()); }
 
 TEST(MpiGemmAllToAll, EdgeShapes) { gemm_edge_shapes(world_size(), on_world()); }
+
+TEST(MpiGemmAllToAll, PaddedOutputRows) {
+  every_mode(gemm_problem(world_size(), 0, 77), [](const auto& pb, Mode mode) {
+    run_case(fctest::world(), pb, mode, Layout::padded);
+  });
+}
 
 // --- Agreement and validation -----------------------------------------------------------------
 
