@@ -37,6 +37,7 @@ __all__ = [
     "Average", "Sum", "Compression", "Compressor",
     "allreduce", "allreduce_", "allgather", "broadcast", "broadcast_",
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+    "DDPHookState", "ddp_comm_hook",
 ]
 
 # Horovod's reduction op constants.
@@ -316,6 +317,20 @@ def _delivered(sent, wire):
     return q.mul_(float(p))
 
 
+def _exchange(flat, wire, op, algo, feedback):
+    """Reduces the flat f32 gradient ``flat`` over the ranks in place: one AllReduce with
+    ``wire``; with ``feedback`` (an ``_ErrorFeedback``) the residual is added first and what the
+    wire lost stored afterwards."""
+    if feedback is not None:
+        feedback.apply(flat)
+        sent = flat.clone()
+        received = _delivered(sent, wire)
+    _fc.all_reduce_(flat, op, algo=algo,
+                    wire=wire if wire.format != "none" or wire.predivide else None)
+    if feedback is not None:
+        feedback.update(sent, received)
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  error_feedback, algo):
@@ -398,19 +413,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _fc_exchange(self, flat):
         if size() == 1 and self._fc_feedback is None:
             return
-        wire = self._fc_wire
-        if wire is None:
+        if self._fc_wire is None:
             self._fc_exchange_custom(flat)
             return
-        feedback = self._fc_feedback
-        if feedback is not None:
-            feedback.apply(flat)
-            sent = flat.clone()
-            received = _delivered(sent, wire)
-        _fc.all_reduce_(flat, self._fc_op, algo=self._fc_algo,
-                        wire=wire if wire.format != "none" or wire.predivide else None)
-        if feedback is not None:
-            feedback.update(sent, received)
+        _exchange(flat, self._fc_wire, self._fc_op, self._fc_algo, self._fc_feedback)
 
     def _fc_exchange_custom(self, flat):
         # The lab's scheme (Horovod's allgather of compressed payloads): every rank's payload
@@ -466,3 +472,46 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, error_feedback, algo)
+
+
+# --- DDP communication hook ----------------------------------------------------------------------
+
+class DDPHookState:
+    """The state of ``ddp_comm_hook``: the compressor whose wire the buckets use, the AllReduce
+    algorithm, and with ``error_feedback`` one residual per bucket (kept here, by bucket index)."""
+
+    def __init__(self, compression=Compression.none, error_feedback=False, algo="direct"):
+        self.wire = _wire_of(compression, Average)
+        if self.wire is None:
+            raise UnsupportedError("fusedcoll.torch.DDPHookState: only the built-in Compression.* "
+                                   "compressors work in the DDP hook")
+        if error_feedback and self.wire.format == "none":
+            raise InvalidArgument("fusedcoll.torch.DDPHookState: error_feedback needs a "
+                                  "compressing Compression (fp16, bf16, fp8_*)")
+        self.algo = algo
+        self.feedback = {} if error_feedback else None
+
+
+def ddp_comm_hook(state, bucket):
+    """A ``DistributedDataParallel`` communication hook: averages the bucket's flat gradient with
+    fusedcoll's AllReduce (in place) instead of the process group's::
+
+        model = DistributedDataParallel(model)          # torch.distributed initialised (Gloo)
+        model.register_comm_hook(DDPHookState(Compression.fp8_e4m3), ddp_comm_hook)
+
+    ``state``: a ``DDPHookState`` (``None``: f32). DDP still needs its process group for its own
+    set-up broadcasts; the gradients go through fusedcoll, which must be initialised too."""
+    if state is None:
+        state = DDPHookState()
+    flat = bucket.buffer()
+    if flat.dtype != torch.float32:
+        raise InvalidArgument(f"fusedcoll.torch.ddp_comm_hook: the bucket holds {flat.dtype}; "
+                              "fusedcoll reduces float32 gradients")
+    feedback = None
+    if state.feedback is not None:
+        feedback = state.feedback.setdefault(bucket.index(), _ErrorFeedback())
+    with torch.no_grad():
+        _exchange(flat, state.wire, Average, state.algo, feedback)
+    future = torch.futures.Future()
+    future.set_result(flat)
+    return future
