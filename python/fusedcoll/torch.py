@@ -378,7 +378,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fc_algo = algo
         self._fc_feedback = _ErrorFeedback() if error_feedback else None
         self._fc_flat = None
-        self._fc_synchronized = False
         self._fc_skip = False
         self.backward_passes_per_step = backward_passes_per_step
 
@@ -408,7 +407,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad = view.reshape(p.shape).clone()
                 else:
                     p.grad.copy_(view.reshape(p.shape))
-        self._fc_synchronized = True
 
     def _fc_exchange(self, flat):
         if size() == 1 and self._fc_feedback is None:
@@ -451,7 +449,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if not self._fc_skip:
             self.synchronize()
-        self._fc_synchronized = False
         return super(self.__class__, self).step(closure)
 
 

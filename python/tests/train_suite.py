@@ -157,6 +157,22 @@ class Api(unittest.TestCase):
         p, ctx = hvd.Compression.none.compress(x)
         self.assertIs(hvd.Compression.none.decompress(p, ctx), x)
 
+    def test_synchronize_then_step_without_a_second_exchange(self):
+        # Horovod's pattern for clipping: synchronize(), change the averaged gradients, then
+        # step() inside skip_synchronize() must not exchange (with op=Sum a second exchange
+        # would multiply them by P again).
+        w = nn.Parameter(torch.zeros(3))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), op=hvd.Sum)
+        w.grad = torch.full((3,), float(RANK + 1))
+        opt.synchronize()
+        total = SIZE * (SIZE + 1) / 2
+        self.assertEqual(w.grad.tolist(), [total] * 3)
+        with opt.skip_synchronize():
+            opt.step()
+        self.assertEqual(w.detach().tolist(), [-total] * 3)
+        opt.step()  # outside: exchanges again
+        self.assertEqual(w.detach().tolist(), [-total - SIZE * total] * 3)
+
     def test_broadcast_optimizer_state(self):
         model = make_model(11)
         opt = torch.optim.SGD(model.parameters(), lr=0.1 + RANK, momentum=0.5)
