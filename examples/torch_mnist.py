@@ -31,6 +31,20 @@ from torch.utils.data.distributed import DistributedSampler
 COMPRESSIONS = ("none", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2")
 
 
+def import_fusedcoll_torch():
+    """``fusedcoll.torch`` from PYTHONPATH or an installed package, else from the build tree
+    ``build/python`` next to this checkout (``cmake --build build --target fusedcoll_torch``)."""
+    try:
+        import fusedcoll.torch as hvd
+    except ImportError:
+        build = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "python")
+        if not os.path.isdir(os.path.join(build, "fusedcoll")):
+            raise
+        sys.path.insert(0, os.path.normpath(build))
+        import fusedcoll.torch as hvd
+    return hvd
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="MNIST data-parallel training on fusedcoll")
     p.add_argument("--batch-size", type=int, default=64, help="per worker (default 64)")
@@ -177,7 +191,7 @@ def main(argv=None):
             sys.exit("torch_mnist: --comm gloo exchanges float32 only")
         hvd = GlooComm(args.gloo_port)
     else:
-        import fusedcoll.torch as hvd
+        hvd = import_fusedcoll_torch()
         hvd.init()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
