@@ -113,8 +113,11 @@ std::uint64_t WgContext::add_local(int slot, std::uint64_t value) {
   const std::uint64_t now =
       impl::deliver_signal(world, rank(), rank(), slot, SignalOp::add, value, covered, s_->vclock);
   if (world.check_protocol) impl::protocol_observe(s_, slot, now);
-  // What it returns tells this workgroup about the other adds: it knows them from their time on.
-  if (world.vt) s_->vclock = std::max(s_->vclock, world.vt->devices[rank()].slot_time[slot]);
+  // The add that completes this call's count (the last tile of a slice) tells its workgroup that
+  // every other add happened: it goes on from the latest of them. Earlier adds tell it nothing it
+  // may act on (the others' adds may still lie ahead in virtual time, behind it in host order).
+  if (world.vt && now == world.ranks[rank()]->expected(slot))
+    s_->vclock = std::max(s_->vclock, world.vt->devices[rank()].slot_time[slot]);
   return now;
 }
 

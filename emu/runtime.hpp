@@ -193,6 +193,8 @@ class Rank {
   /// Host side of the cumulative-target protocol: this call will receive `count` more updates
   /// (adds of 1) on this rank's `slot`; returns the value to wait for.
   std::uint64_t expect(int slot, std::uint64_t count);
+  /// The cumulative target `expect` last returned for `slot` (this call's final value).
+  std::uint64_t expected(int slot) const { return expected_[slot]; }
 
   /// Launches a kernel of `num_wgs` workgroups on this rank's device and returns when all have
   /// finished, rethrowing the first workgroup exception. At most `max_resident_wgs` run at once.

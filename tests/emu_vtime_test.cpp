@@ -137,6 +137,32 @@ TEST(EmuVirtualTime, WorkgroupsOnOneComputeUnitTakeTurns) {
   EXPECT_DOUBLE_EQ(two_copies(2), 6e-6);  // side by side
 }
 
+TEST(EmuVirtualTime, OnlyTheCountsLastAddLearnsTheOthers) {
+  // Three workgroups on three compute units add to one local counter after 3, 1 and 2 us of
+  // work. The one whose add completes the count (WG 2, at 7 us) goes on from the latest add
+  // (WG 0's, at 8 us); WG 1, whose add came earlier, goes on from its own time (6 us).
+  World world(virtual_world(1, 3));
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const int slot = rk.slots("count", 1);
+    const std::uint64_t target = rk.expect(slot, 3);
+    std::vector<char> a(4000, 'a'), b(4000);
+    auto copy = [&](WgContext& wg, std::size_t bytes) {
+      wg.compute("copy", {fc::model::copy(static_cast<std::int64_t>(bytes))},
+                 [&] { std::memcpy(b.data(), a.data(), bytes); });
+    };
+    rk.launch("count", 3, [&](WgContext& wg) -> WgTask {
+      const std::size_t before[] = {1500, 500, 1000};  // 3, 1, 2 us
+      copy(wg, before[wg.wg()]);
+      const bool last = wg.add_local(slot, 1) == target;
+      if (wg.wg() == 1) copy(wg, 1750);  // 3.5 us: ends at 9.5 us
+      if (last) copy(wg, 500);           // 1 us after the latest add: ends at 9 us
+      co_return;
+    });
+  });
+  EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 9.5e-6);
+}
+
 TEST(EmuVirtualTime, KernelLaunchesCost) {
   World world(virtual_world(1, 1));
   world.run([&](fc::Communicator& comm) {
