@@ -61,6 +61,15 @@ Env Env::from_environment() {
           detail::make_string("FUSEDCOLL_CLOCK='", s, "' is not one of wall, virtual"));
   }
   if (const char* v = std::getenv("FUSEDCOLL_PRESET")) e.preset = v;
+  if (const char* v = std::getenv("FUSEDCOLL_MPI_TRANSPORT")) {
+    const std::string_view s(v);
+    if (s == "auto" || s.empty()) e.mpi_transport = MpiTransport::automatic;
+    else if (s == "rma") e.mpi_transport = MpiTransport::rma;
+    else if (s == "p2p") e.mpi_transport = MpiTransport::p2p;
+    else
+      e.problems.push_back(detail::make_string("FUSEDCOLL_MPI_TRANSPORT='", s,
+                                               "' is not one of auto, rma, p2p"));
+  }
   if (const char* v = std::getenv("FUSEDCOLL_CHECK_PROTOCOL")) {
     const std::string_view s(v);
     if (s == "1" || s == "on") e.check_protocol = true;

@@ -61,6 +61,7 @@ class MpiBackend final : public Backend {
   void guarded(F&& f) {
     try {
       f();
+      rt_.end_call();
       rt_.set_activity("idle");
     } catch (const TimeoutError&) {
       rt_.mark_failed();

@@ -151,14 +151,14 @@ void run_unfused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a) {
     rd[j] = static_cast<int>(j * pl.m * n_me);
   }
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  FC_CHECK_MPI(MPI_Ialltoallv(partial, sc.data(), sd.data(), MPI_FLOAT, inbox,
-                              rc.data(), rd.data(), MPI_FLOAT, rt.comm(), &req[0]));
+  FC_CHECK_MPI(MPI_Ialltoallv(partial, sc.data(), sd.data(), MPI_FLOAT, inbox, rc.data(), rd.data(),
+                              MPI_FLOAT, rt.comm(), &req[0]));
   rt.wait_requests(req, "MPI_Ialltoallv of the partials");
   fold_rank_order(rt, reduced, pl.m * n_me, DType::f32, ReduceOp::sum,
                   [&](int p) -> const void* { return inbox + p * pl.m * n_me; });
   // The gathered slabs land owner-major, exactly the layout of `partial`, which is free again.
-  FC_CHECK_MPI(MPI_Iallgatherv(reduced, static_cast<int>(pl.m * n_me), MPI_FLOAT, partial, sc.data(), sd.data(), MPI_FLOAT, rt.comm(),
-                               &req[0]));
+  FC_CHECK_MPI(MPI_Iallgatherv(reduced, static_cast<int>(pl.m * n_me), MPI_FLOAT, partial,
+                               sc.data(), sd.data(), MPI_FLOAT, rt.comm(), &req[0]));
   rt.wait_requests(req, "MPI_Iallgatherv of the reduced chunks");
   auto* y = static_cast<float*>(a.y.data());
   for (int j = 0; j < P; ++j) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -49,7 +50,32 @@ Runtime::Runtime(MPI_Comm comm, const Options& options)
   FC_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   FC_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   FC_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-  allocate(options.initial_window_bytes);
+  Transport t = options.transport != Transport::automatic ? options.transport : env().mpi_transport;
+  if (t == Transport::automatic) {
+    // One-sided RMA only where every pair shares memory: across hosts over TCP, Debian's Open MPI
+    // has no window (osc/rdma) or one that hangs unless the target drives progress (osc/ucx).
+    MPI_Comm shared = MPI_COMM_NULL;
+    FC_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+    int local = 0;
+    FC_CHECK_MPI(MPI_Comm_size(shared, &local));
+    MPI_Comm_free(&shared);
+    t = local == size_ ? Transport::rma : Transport::p2p;
+  }
+  // A rank on rma and one on p2p would each wait for what the other never sends.
+  int mine[2] = {static_cast<int>(t), -static_cast<int>(t)}, all[2] = {0, 0};
+  FC_CHECK_MPI(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, comm_));
+  if (all[0] != -all[1])
+    throw BackendError(detail::make_string(
+        "fusedcoll mpi: rank ", rank_,
+        ": the ranks chose different transports (rma and p2p; "
+        "FUSEDCOLL_MPI_TRANSPORT or mpi::Options::transport differ between ranks)"));
+  transport_ = t;
+  if (transport_ == Transport::p2p) {
+    p2p_setup();
+    p2p_alloc(options.initial_window_bytes);
+  } else {
+    allocate(options.initial_window_bytes);
+  }
 }
 
 Runtime::~Runtime() {
@@ -59,10 +85,17 @@ Runtime::~Runtime() {
   // call it, so a failed runtime leaks them rather than hang. Being destroyed by stack unwinding
   // counts as a failure: the exception is on this rank only, and it is on its way to a handler
   // (mpi::run's MPI_Abort, or the user's) that must not find this rank stuck in MPI_Win_free.
-  if (finalized || failed_ || std::uncaught_exceptions() > 0) return;
+  if (finalized || failed_ || std::uncaught_exceptions() > 0) {
+    // p2p: receives may still be posted into this memory; leave it to the process's end.
+    (void)mem_.release();
+    for (auto& [id, m] : buffer_mem_) (void)m.release();
+    return;
+  }
   release();
   MPI_Comm_free(&comm_);
 }
+
+void Runtime::Freer::operator()(char* p) const noexcept { std::free(p); }
 
 void Runtime::begin_call() {
   if (failed_)
@@ -104,6 +137,12 @@ void Runtime::reserve(std::size_t bytes) {
   // Geometric growth: MPI_Win_allocate is slow and collective, so do it rarely.
   const std::size_t grown = std::max(bytes, data_bytes_ + data_bytes_ / 2);
   const std::size_t rounded = (grown + (std::size_t{1} << 16) - 1) & ~((std::size_t{1} << 16) - 1);
+  if (transport_ == Transport::p2p) {
+    // Local: no receive is posted into the old area (every put of an earlier call landed before
+    // its signal was applied, and peers put in this call only into what this reserve makes).
+    p2p_alloc(rounded);
+    return;
+  }
   release();
   allocate(rounded);
 }
@@ -130,6 +169,7 @@ std::uint64_t Runtime::expect(int slot, std::uint64_t n) {
 void Runtime::put(int peer, std::size_t offset, const void* src, std::size_t bytes) {
   FC_CHECK_INTERNAL(offset + bytes <= data_bytes_, "put of ", bytes, " bytes at ", offset,
                     " past the data area (", data_bytes_, " bytes)");
+  if (transport_ == Transport::p2p) return p2p_put(peer, -1, offset, src, bytes);
   put_bytes(win_, peer, static_cast<MPI_Aint>(kSlots * sizeof(std::uint64_t) + offset), src, bytes);
 }
 
@@ -150,8 +190,23 @@ void Runtime::put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, s
 int Runtime::add_buffer(std::size_t bytes, void** data) {
   Buffer b;
   b.bytes = bytes;
-  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, comm_, &b.base,
-                                  &b.win);
+  if (transport_ == Transport::p2p) {
+    // Plain memory: peers' puts arrive as messages received into it. Ids still agree, since
+    // buffers are made in the same order on every rank.
+    char* p = static_cast<char*>(
+        std::aligned_alloc(4096, (std::max<std::size_t>(bytes, 1) + 4095) & ~std::size_t{4095}));
+    if (!p)
+      throw BackendError(detail::make_string(
+          "fusedcoll mpi: cannot allocate a symmetric buffer of ", bytes, " bytes"));
+    b.base = p;
+    const int id = next_buffer_++;
+    buffer_mem_[id].reset(p);
+    buffers_[id] = b;
+    *data = b.base;
+    return id;
+  }
+  const int rc =
+      MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, comm_, &b.base, &b.win);
   check_mpi(rc, "MPI_Win_allocate (symmetric buffer)", __FILE__, __LINE__);
   FC_CHECK_MPI(MPI_Win_set_errhandler(b.win, MPI_ERRORS_RETURN));
   FC_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, b.win));
@@ -167,10 +222,14 @@ void Runtime::remove_buffer(int id) noexcept {
   int finalized = 0;
   MPI_Finalized(&finalized);
   // As in ~Runtime: no collective free after a failure or while an exception unwinds this rank.
-  if (!finalized && !failed_ && std::uncaught_exceptions() == 0) {
+  const bool clean = !finalized && !failed_ && std::uncaught_exceptions() == 0;
+  if (clean && it->second.win != MPI_WIN_NULL) {
     MPI_Win_unlock_all(it->second.win);
     MPI_Win_free(&it->second.win);
   }
+  // p2p after a failure: a receive may still be posted into it.
+  if (!clean && buffer_mem_.count(id)) (void)buffer_mem_[id].release();
+  buffer_mem_.erase(id);
   buffers_.erase(it);
 }
 
@@ -184,20 +243,23 @@ Runtime::Landing Runtime::find_buffer(const void* p, std::size_t bytes) const {
   return {};
 }
 
-void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src,
-                         std::size_t bytes) {
+void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes) {
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
+  if (transport_ == Transport::p2p) return p2p_put(peer, id, offset, src, bytes);
   put_bytes(it->second.win, peer, static_cast<MPI_Aint>(offset), src, bytes);
 }
 
 void Runtime::flush_buffer(int id, int peer) {
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
+  // p2p: the next signal to `peer` is applied only after this put has landed.
+  if (transport_ == Transport::p2p) return;
   FC_CHECK_MPI(MPI_Win_flush(peer, it->second.win));
 }
 
 void Runtime::signal(int peer, int slot, std::uint64_t add) {
+  if (transport_ == Transport::p2p) return p2p_signal(peer, slot, add);
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
   FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
                               static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)), 1,
@@ -207,15 +269,23 @@ void Runtime::signal(int peer, int slot, std::uint64_t add) {
 
 void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) {
   if (peers.empty()) return;
+  if (transport_ == Transport::p2p) {
+    for (int peer : peers) p2p_signal(peer, slot, add);
+    return;
+  }
   FC_CHECK_MPI(MPI_Win_flush_all(win_));
   for (int peer : peers)
     FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
-                                static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)),
-                                1, MPI_UINT64_T, MPI_SUM, win_));
+                                static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)), 1,
+                                MPI_UINT64_T, MPI_SUM, win_));
   FC_CHECK_MPI(MPI_Win_flush_all(win_));
 }
 
 std::uint64_t Runtime::read_slot(int slot) {
+  if (transport_ == Transport::p2p) {
+    p2p_progress();
+    return counters_[static_cast<std::size_t>(slot)].load(std::memory_order_acquire);
+  }
   std::uint64_t value = 0;
   // Read through MPI's atomics, not a plain load: the slot is updated by MPI_Accumulate, and
   // only accumulate-class reads are atomic with it; the call also drives progress.
@@ -242,6 +312,7 @@ void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {
     }
     backoff(polls);
   }
+  if (transport_ == Transport::p2p) return;  // the acquire load of the counter suffices
   // Unified memory model: make the peers' completed puts visible to this thread's loads.
   FC_CHECK_MPI(MPI_Win_sync(win_));
   for (const auto& [id, b] : buffers_) FC_CHECK_MPI(MPI_Win_sync(b.win));
@@ -309,6 +380,238 @@ std::vector<std::string> Runtime::exchange(const std::string& blob) {
   wait_requests(req, missing);
   for (int r = 0; r < size_; ++r) out[r] = all.substr(displs[r], lens[r]);
   return out;
+}
+
+// ---- p2p --------------------------------------------------------------------------------------
+
+namespace {
+constexpr int kCtlTag = 1;
+/// Puts up to this size travel inside their control message (one message, copied once).
+constexpr std::size_t kInline = std::size_t{16} << 10;
+/// MPI counts are int: larger puts go as several.
+constexpr std::size_t kPiece = std::size_t{1} << 30;
+}  // namespace
+
+void Runtime::p2p_setup() {
+  void* ub = nullptr;
+  int found = 0;
+  FC_CHECK_MPI(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found));
+  const int tag_ub = found ? *static_cast<int*>(ub) : 32767;
+  // Tags kCtlTag + 1 ... name the data messages of large puts, cycling; a tag is reused only
+  // after this many more large puts to the same peer, long after its receive completed.
+  data_tags_ = std::min(tag_ub - kCtlTag, 1 << 20);
+  counters_ = std::make_unique<std::atomic<std::uint64_t>[]>(kSlots);
+  for (int i = 0; i < kSlots; ++i) counters_[static_cast<std::size_t>(i)].store(0);
+  targets_.assign(kSlots, 0);
+  arrivals_.assign(static_cast<std::size_t>(size_), {});
+}
+
+void Runtime::p2p_alloc(std::size_t data_bytes) {
+  const std::size_t bytes =
+      (kSlots * sizeof(std::uint64_t) + data_bytes + 4095) & ~std::size_t{4095};
+  char* p = static_cast<char*>(std::aligned_alloc(4096, bytes));
+  if (!p)
+    throw BackendError(detail::make_string("fusedcoll mpi: cannot allocate a data area of ",
+                                           data_bytes, " bytes"));
+  mem_.reset(p);
+  base_ = p;
+  data_bytes_ = data_bytes;
+}
+
+char* Runtime::p2p_landing(const Header& h) {
+  if (h.buffer < 0) {
+    FC_CHECK_INTERNAL(h.offset + h.bytes <= data_bytes_, "p2p put of ", h.bytes, " bytes at ",
+                      h.offset, " past the data area (", data_bytes_, " bytes)");
+    return data() + h.offset;
+  }
+  const auto it = buffers_.find(h.buffer);
+  FC_CHECK_INTERNAL(it != buffers_.end() && h.offset + h.bytes <= it->second.bytes,
+                    "p2p put into symmetric buffer ", h.buffer, " out of range");
+  return it->second.base + h.offset;
+}
+
+void Runtime::p2p_send(int peer, const void* p, std::size_t bytes, int tag,
+                       std::vector<char> owned) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  FC_CHECK_MPI(MPI_Isend(p, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &req));
+  const std::lock_guard<std::mutex> lock(send_mu_);
+  send_reqs_.push_back(req);
+  sends_.push_back(Send{std::move(owned), std::this_thread::get_id(), peer});
+}
+
+void Runtime::p2p_put(int peer, int buffer, std::size_t offset, const void* src,
+                      std::size_t bytes) {
+  const auto* s = static_cast<const char*>(src);
+  while (bytes > 0) {
+    const std::size_t n = std::min(bytes, kPiece);
+    Header h;
+    h.buffer = buffer;
+    h.offset = offset;
+    h.bytes = n;
+    if (n <= kInline) {
+      h.kind = kInlinePut;
+      std::vector<char> msg(sizeof h + n);
+      std::memcpy(msg.data(), &h, sizeof h);
+      std::memcpy(msg.data() + sizeof h, s, n);
+      const char* at = msg.data();
+      const std::size_t len = msg.size();  // before the move (argument order is unspecified)
+      p2p_send(peer, at, len, kCtlTag, std::move(msg));
+    } else {
+      h.kind = kLargePut;
+      h.tag = kCtlTag + 1 +
+              static_cast<int>(next_tag_.fetch_add(1, std::memory_order_relaxed) %
+                               static_cast<std::uint32_t>(data_tags_));
+      std::vector<char> msg(sizeof h);
+      std::memcpy(msg.data(), &h, sizeof h);
+      const char* at = msg.data();
+      // The control message first, from this thread: the receiver learns where the data goes
+      // before it can match it, and posts the receive straight into place.
+      const std::size_t len = msg.size();
+      p2p_send(peer, at, len, kCtlTag, std::move(msg));
+      p2p_send(peer, s, n, h.tag, {});
+    }
+    s += n;
+    offset += n;
+    bytes -= n;
+  }
+}
+
+void Runtime::p2p_signal(int peer, int slot, std::uint64_t add) {
+  // As an RMA signal completes this thread's puts to `peer`, so that their sources may be
+  // reused: wait until MPI is done reading them (the peer has received them).
+  const std::thread::id me = std::this_thread::get_id();
+  p2p_complete(&me, &peer,
+               detail::make_string("rank ", peer, " to receive the data this rank put to it"));
+  Header h;
+  h.kind = kSignal;
+  h.slot = slot;
+  h.add = add;
+  std::vector<char> msg(sizeof h);
+  std::memcpy(msg.data(), &h, sizeof h);
+  const char* at = msg.data();
+  const std::size_t len = msg.size();
+  p2p_send(peer, at, len, kCtlTag, std::move(msg));
+}
+
+bool Runtime::p2p_progress() {
+  {
+    // Reap completed sends (keeps the list short; frees control messages).
+    const std::lock_guard<std::mutex> lock(send_mu_);
+    if (!send_reqs_.empty()) {
+      int flag = 0;
+      FC_CHECK_MPI(MPI_Testall(static_cast<int>(send_reqs_.size()), send_reqs_.data(), &flag,
+                               MPI_STATUSES_IGNORE));
+      if (flag) {
+        send_reqs_.clear();
+        sends_.clear();
+      } else {
+        std::size_t kept = 0;
+        for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
+          int done = send_reqs_[i] == MPI_REQUEST_NULL;
+          if (!done) FC_CHECK_MPI(MPI_Test(&send_reqs_[i], &done, MPI_STATUS_IGNORE));
+          if (done) continue;
+          // Never a self-move: it would free a control message MPI is still sending.
+          if (kept != i) {
+            send_reqs_[kept] = send_reqs_[i];
+            sends_[kept] = std::move(sends_[i]);
+          }
+          ++kept;
+        }
+        send_reqs_.resize(kept);
+        sends_.resize(kept);
+      }
+    }
+  }
+  std::unique_lock<std::mutex> lock(recv_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    FC_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kCtlTag, comm_, &flag, &msg, &st));
+    if (!flag) break;
+    int count = 0;
+    FC_CHECK_MPI(MPI_Get_count(&st, MPI_BYTE, &count));
+    inbox_.resize(static_cast<std::size_t>(count));
+    FC_CHECK_MPI(MPI_Mrecv(inbox_.data(), count, MPI_BYTE, &msg, &st));
+    Header h;
+    FC_CHECK_INTERNAL(static_cast<std::size_t>(count) >= sizeof h,
+                      "short p2p control message: ", count, " bytes from ", st.MPI_SOURCE, " tag ",
+                      st.MPI_TAG);
+    std::memcpy(&h, inbox_.data(), sizeof h);
+    const int src = st.MPI_SOURCE;
+    auto& queue = arrivals_[static_cast<std::size_t>(src)];
+    if (h.kind == kInlinePut) {
+      FC_CHECK_INTERNAL(static_cast<std::size_t>(count) == sizeof h + h.bytes, "bad inline put");
+      std::memcpy(p2p_landing(h), inbox_.data() + sizeof h, h.bytes);
+    } else if (h.kind == kLargePut) {
+      Arrival a;
+      FC_CHECK_MPI(MPI_Irecv(p2p_landing(h), static_cast<int>(h.bytes), MPI_BYTE, src, h.tag, comm_,
+                             &a.req));
+      queue.push_back(a);
+    } else {
+      FC_CHECK_INTERNAL(h.kind == kSignal && h.slot >= 0 && h.slot < kSlots,
+                        "bad p2p control message");
+      queue.push_back(Arrival{MPI_REQUEST_NULL, h.slot, h.add});
+    }
+  }
+  // A signal counts once everything its source sent before it has landed.
+  for (auto& queue : arrivals_)
+    while (!queue.empty()) {
+      Arrival& a = queue.front();
+      if (a.req != MPI_REQUEST_NULL) {
+        int done = 0;
+        FC_CHECK_MPI(MPI_Test(&a.req, &done, MPI_STATUS_IGNORE));
+        if (!done) break;
+      } else {
+        counters_[static_cast<std::size_t>(a.slot)].fetch_add(a.add, std::memory_order_release);
+      }
+      queue.pop_front();
+    }
+  return true;
+}
+
+void Runtime::p2p_complete(const std::thread::id* who, const int* peer, const std::string& what) {
+  const double limit = env().timeout_s;
+  const auto start = Clock::now();
+  for (std::uint64_t polls = 0;; ++polls) {
+    bool open = false;
+    {
+      const std::lock_guard<std::mutex> lock(send_mu_);
+      for (std::size_t i = 0; i < send_reqs_.size() && !open; ++i) {
+        if (send_reqs_[i] == MPI_REQUEST_NULL) continue;
+        if ((who && sends_[i].who != *who) || (peer && sends_[i].peer != *peer)) continue;
+        int done = 0;
+        FC_CHECK_MPI(MPI_Test(&send_reqs_[i], &done, MPI_STATUS_IGNORE));
+        open = !done;
+      }
+    }
+    if (!open) return;
+    p2p_progress();
+    if (std::chrono::duration<double>(Clock::now() - start).count() > limit) timeout(what);
+    backoff(polls);
+  }
+}
+
+void Runtime::end_call() {
+  if (transport_ != Transport::p2p) return;
+  p2p_complete(nullptr, nullptr, "every peer to receive the data this rank sent it in this call");
+}
+
+void Runtime::timeout(const std::string& what) {
+  failed_ = true;  // peers may be mid-call: no further calls, no collective free
+  std::string who;
+  {
+    const std::lock_guard<std::mutex> lock(send_mu_);
+    for (std::size_t i = 0; i < send_reqs_.size(); ++i)
+      if (send_reqs_[i] != MPI_REQUEST_NULL) {
+        who = detail::make_string(" (rank ", sends_[i].peer, " has not received all of it)");
+        break;
+      }
+  }
+  throw TimeoutError(detail::make_string("fusedcoll mpi: timeout: rank ", rank_,
+                                         " waited more than ", env().timeout_s,
+                                         " s (FUSEDCOLL_TIMEOUT) ", activity_, " for ", what, who));
 }
 
 }  // namespace fusedcoll::mpi

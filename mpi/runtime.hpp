@@ -3,6 +3,18 @@
 // MPI_Win_allocate window, put / signal / wait with timeouts, and a persistent grid of
 // workgroups run as oneTBB tasks.
 //
+// Two transports implement the same put / signal / wait (docs/mpi.md, "Transports"):
+// - rma: one-sided MPI_Put and MPI_Accumulate into the window; needs shared memory or an RDMA
+//   network between every pair of ranks (Debian's Open MPI has no one-sided path over TCP that
+//   does not hang without target-side progress).
+// - p2p: two-sided messages. A put is an MPI_Isend of a control message (the destination, and the
+//   bytes themselves when small) and, when large, one of the data with a tag of its own, straight
+//   from the caller's buffer; a signal is a control message. A receiver drains control messages
+//   whenever it waits (or signals, or ends a call): it receives each large put into its place with
+//   an MPI_Irecv and applies a signal only once the receives that came before it from that source
+//   have landed. So data leaves as soon as a workgroup puts it, and no rank relies on a peer
+//   calling MPI except to wait for what that peer expects anyway.
+//
 // Window layout, identical on every rank:  [ kSlots signal slots (u64) | data area ]
 // The data area is carved per call from offsets that depend only on the agreed arguments, so an
 // offset names the same region on every rank (symmetric). Signal slots are cumulative counters,
@@ -16,10 +28,15 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fusedcoll/error.hpp"
@@ -41,6 +58,10 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
+  using Transport = Env::MpiTransport;
+  /// rma or p2p (never automatic): what the ranks agreed on at construction.
+  Transport transport() const noexcept { return transport_; }
+
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   MPI_Comm comm() const noexcept { return comm_; }
@@ -53,6 +74,10 @@ class Runtime {
   /// unknown then, and the window can no longer be freed collectively.
   void begin_call();
   void mark_failed() noexcept { failed_ = true; }
+  /// Ends a successful call. p2p: completes this rank's sends (draining what peers send
+  /// meanwhile), so that MPI reads no caller buffer or data area once the call has returned;
+  /// throws `TimeoutError` naming the peer that never took its data. rma: nothing to do.
+  void end_call();
   /// True between the start of a call and the end of its argument agreement: errors raised then
   /// were raised on every rank alike, before anything moved.
   bool in_agreement() const noexcept { return in_agreement_; }
@@ -154,6 +179,37 @@ class Runtime {
   void release() noexcept;
   std::uint64_t read_slot(int slot);
   void put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, std::size_t bytes);
+  [[noreturn]] void timeout(const std::string& what);
+
+  // p2p transport (runtime.cpp, "p2p").
+  struct Header {
+    std::uint32_t kind = 0;  // Kind
+    std::int32_t buffer = -1;  // -1: the data area; else a symmetric buffer id
+    std::uint64_t offset = 0, bytes = 0;
+    std::int32_t slot = 0, tag = 0;  // signal: the slot; large put: the data message's tag
+    std::uint64_t add = 0;
+  };
+  enum Kind : std::uint32_t { kInlinePut = 1, kLargePut = 2, kSignal = 3 };
+  struct Send {
+    std::vector<char> owned;  // a control message's bytes, alive until the send completes
+    std::thread::id who;
+    int peer = 0;
+  };
+  struct Arrival {  // per source, in arrival order
+    MPI_Request req = MPI_REQUEST_NULL;  // a large put's receive; null: a signal
+    int slot = 0;
+    std::uint64_t add = 0;
+  };
+  void p2p_setup();
+  void p2p_put(int peer, int buffer, std::size_t offset, const void* src, std::size_t bytes);
+  void p2p_send(int peer, const void* p, std::size_t bytes, int tag, std::vector<char> owned);
+  void p2p_signal(int peer, int slot, std::uint64_t add);
+  /// Receives what has arrived and applies what has landed; false if another thread was at it.
+  bool p2p_progress();
+  /// Completes the sends of `who` to `peer` (any thread / any peer when unset), progressing.
+  void p2p_complete(const std::thread::id* who, const int* peer, const std::string& activity);
+  char* p2p_landing(const Header& h);
+  void p2p_alloc(std::size_t data_bytes);
 
   struct Buffer {
     MPI_Win win = MPI_WIN_NULL;
@@ -175,6 +231,22 @@ class Runtime {
   std::map<int, Buffer> buffers_;
   int next_buffer_ = 0;
   std::string activity_ = "idle";
+  Transport transport_ = Transport::rma;
+  // p2p
+  struct Freer {
+    void operator()(char* p) const noexcept;
+  };
+  std::unique_ptr<char, Freer> mem_;  // the data area's memory (slot part unused)
+  std::map<int, std::unique_ptr<char, Freer>> buffer_mem_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> counters_;  // the slots, never reset
+  std::mutex send_mu_;
+  std::vector<MPI_Request> send_reqs_;  // parallel to sends_
+  std::vector<Send> sends_;
+  std::mutex recv_mu_;
+  std::vector<std::deque<Arrival>> arrivals_;
+  std::vector<char> inbox_;
+  std::atomic<std::uint32_t> next_tag_{0};
+  int data_tags_ = 1;
   bool failed_ = false;
   bool in_agreement_ = false;
 };

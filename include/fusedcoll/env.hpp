@@ -47,6 +47,13 @@ struct Env {
   /// path (default empty: `host`): the machine virtual time models (docs/simulation.md).
   std::string preset;
 
+  /// How the MPI backend moves data between ranks (docs/mpi.md, "Transports").
+  enum class MpiTransport { automatic, rma, p2p };
+  /// `FUSEDCOLL_MPI_TRANSPORT` = `auto` (default) | `rma` | `p2p`: one-sided RMA in one window,
+  /// or two-sided messages; `auto` takes RMA when every rank shares memory with every other
+  /// (one host), p2p otherwise. `mpi::Options::transport` overrides it.
+  MpiTransport mpi_transport = MpiTransport::automatic;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/env.hpp"
 
 namespace fusedcoll::mpi {
 
@@ -24,6 +25,12 @@ struct Options {
   /// Bytes of symmetric window allocated up front; the window grows (a collective
   /// reallocation, at the start of a call) when a call needs more.
   std::size_t initial_window_bytes = std::size_t{1} << 20;
+  /// How data moves between ranks (docs/mpi.md, "Transports"): `rma` (one-sided puts into an
+  /// MPI_Win_allocate window; needs shared memory or an RDMA network between every pair),
+  /// `p2p` (two-sided MPI_Isend/MPI_Irecv; works over TCP), or `automatic`: the value of
+  /// FUSEDCOLL_MPI_TRANSPORT, whose default picks rma when all ranks share one host's memory
+  /// and p2p otherwise. Every rank must end up with the same choice (checked: BackendError).
+  Env::MpiTransport transport = Env::MpiTransport::automatic;
 };
 
 /// A `Communicator` over the ranks of `comm`. Collective over `comm`: every rank calls it, in
