@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/detail/wire.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -13,11 +14,7 @@ namespace {
 
 using std::int64_t;
 
-std::vector<int> remote_first(int rank, int size) {
-  std::vector<int> order;
-  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
-  return order;
-}
+using fusedcoll::detail::remote_first;  // the order every backend's plans use
 
 int num_tiles(int64_t len, int64_t te) { return static_cast<int>((len + te - 1) / te); }
 

@@ -68,12 +68,6 @@ void download_rows(const float* dev, std::int64_t rows, std::int64_t cols, float
     std::memcpy(host + r * ld, tmp.data() + r * cols, static_cast<std::size_t>(cols) * sizeof(float));
 }
 
-std::vector<int> remote_first(int rank, int size) {
-  std::vector<int> order;
-  for (int i = 1; i <= size; ++i) order.push_back((rank + i) % size);
-  return order;
-}
-
 Context::Context(int world_size, int device, double timeout_s)
     : P_(world_size), device_(device), timeout_s_(timeout_s) {
   FC_ENFORCE_GE(world_size, 1, "world_size");

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/tensor.hpp"
 #include "hip/portability.hpp"
@@ -208,8 +209,9 @@ std::vector<std::int64_t> pack_indices(const ConstTensorView& v);
 void download_rows(const float* dev, std::int64_t rows, std::int64_t cols, float* host,
                    std::int64_t ld);
 
-/// One rank's remote-first order: rank+1, rank+2, ..., the rank itself last.
-std::vector<int> remote_first(int rank, int size);
+/// One rank's remote-first order (rank+1, rank+2, ..., the rank itself last): the one every
+/// backend's plans use.
+using fusedcoll::detail::remote_first;
 
 /// A named range of slots, for timeout messages.
 struct SlotName {
