@@ -7,6 +7,10 @@
 //                        FUSEDCOLL_TIMEOUT and end the job with a TimeoutError.
 //   mpi_faults mismatch  rank 1 disagrees on N: every rank rejects the call before any data moves
 //                        and says so; the job then ends normally.
+//   mpi_faults loop DIR  every rank runs 1 MiB AllReduces for up to 60 s, for a fault injected
+//                        from outside (scripts/netns-cluster --at: a host's link drops, a rank is
+//                        killed); a rank whose call fails writes its message to DIR/rank.R too
+//                        (a host cut off cannot forward its output to mpiexec), then aborts.
 //   mpi_faults stall     white-box: rank 0 waits on a signal slot that rank 1 never signals; the
 //                        TimeoutError names the rank, the slot and the expected and current value.
 
@@ -14,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -80,6 +85,19 @@ int main(int argc, char** argv) {
         return;
       }
       all_reduce_once(comm);
+    } else if (what == "loop") {
+      const std::string dir = argc > 2 ? argv[2] : ".";
+      std::vector<float> send(1 << 18, 1.0f), recv(1 << 18);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      try {
+        while (std::chrono::steady_clock::now() < end)
+          fc::all_reduce(comm, {send.data(), recv.data(), 1 << 18, fc::DType::f32,
+                                fc::ReduceOp::sum, fc::AllReduceAlgo::direct});
+      } catch (const std::exception& e) {
+        std::ofstream(dir + "/rank." + std::to_string(comm.rank()))
+            << "rank " << comm.rank() << ": " << e.what() << "\n";
+        throw;
+      }
     } else if (what == "mismatch") {
       mismatch(comm);
     } else if (what == "stall") {
@@ -92,7 +110,7 @@ int main(int argc, char** argv) {
       // The others stay inside MPI, where a peer of a stalled rank would be, until the abort.
       MPI_Barrier(MPI_COMM_WORLD);
     } else {
-      throw std::invalid_argument("usage: mpi_faults throw|missing|mismatch|stall");
+      throw std::invalid_argument("usage: mpi_faults throw|missing|mismatch|stall|loop DIR");
     }
   });
 }

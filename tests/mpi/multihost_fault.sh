@@ -1,0 +1,39 @@
+#!/bin/bash
+# multihost_fault.sh CLUSTER MPI_FAULTS drop|kill: a fault across hosts ends the job in time.
+# 2 hosts x 2 ranks loop AllReduces over the p2p transport; 4 s in, host 2's link drops every
+# packet (drop) or its first rank is killed (kill).
+#  drop: every rank (all four live on) must fail with a TimeoutError within FUSEDCOLL_TIMEOUT
+#        (3 s) and say who it waited for; each writes it to a file, since host 2 cannot forward
+#        its output any more. The job itself is then ended by the cluster's --timeout.
+#  kill: Open MPI notices the dead rank and ends the job, naming it.
+set -u
+cluster=$1 prog=$2 fault=$3
+dir=$(mktemp -d /tmp/multihost-fault.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+start=$(date +%s)
+out=$(FUSEDCOLL_TIMEOUT=3 FUSEDCOLL_MPI_TRANSPORT=p2p "$cluster" -H 2 -r 2 --timeout 25 \
+        --at 4:$fault:2 -- "$prog" loop "$dir" 2>&1)
+rc=$?
+took=$(($(date +%s) - start))
+echo "$out" | tail -20
+echo "job status $rc after $took s"
+[ $rc = 77 ] && exit 77
+fail() { echo "FAIL: $*"; exit 1; }
+if [ "$fault" = drop ]; then
+  for r in 0 1 2 3; do
+    f="$dir/rank.$r"
+    [ -s "$f" ] || fail "rank $r wrote no failure"
+    cat "$f"
+    grep -q "fusedcoll mpi: timeout: rank $r waited more than 3 s" "$f" || fail "rank $r: no timeout"
+  done
+  # The ranks of host 1 wait for those of host 2 and vice versa: the silent rank is named (a
+  # slot of rank 2 or 3 on host 1, or the peer that never took this rank's data), unless the
+  # drop caught them in the entry rendezvous, which names the call instead.
+  grep -Eqh "\[(2|3)\]|rank (2|3) |enter the call" "$dir/rank.0" "$dir/rank.1" ||
+    fail "host 1's ranks do not say whom they waited for"
+else
+  echo "$out" | grep -Eq "rank 2 with PID [0-9]+ on node [^ ]+ exited on signal 9" ||
+    fail "mpiexec did not report the killed rank 2"
+  [ "$took" -le 15 ] || fail "the job took $took s to end"
+fi
+echo PASS
