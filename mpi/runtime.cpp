@@ -352,9 +352,41 @@ std::vector<std::string> Runtime::exchange(const std::string& blob) {
   const std::string missing =
       "every rank to enter the call (a rank never made it, failed before it, or ranks call "
       "collectives in different orders)";
-  FC_CHECK_MPI(MPI_Iallgather(mine.data(), static_cast<int>(kBlock), MPI_CHAR, blocks.data(),
-                              static_cast<int>(kBlock), MPI_CHAR, comm_, &req[0]));
-  wait_requests(req, missing);
+  {
+    // Point to point rather than MPI_Iallgather, so that a timeout can name the ranks whose
+    // record never came (a rank that died, hangs, or sits behind a dropped link). Tag 0 is the
+    // exchange's: the p2p transport's messages use 1 and up.
+    std::memcpy(blocks.data() + kBlock * static_cast<std::size_t>(rank_), mine.data(), kBlock);
+    std::vector<MPI_Request> recvs(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    std::vector<MPI_Request> sends(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      FC_CHECK_MPI(MPI_Irecv(blocks.data() + kBlock * static_cast<std::size_t>(r),
+                             static_cast<int>(kBlock), MPI_CHAR, r, 0, comm_, &recvs[r]));
+      FC_CHECK_MPI(
+          MPI_Isend(mine.data(), static_cast<int>(kBlock), MPI_CHAR, r, 0, comm_, &sends[r]));
+    }
+    const double limit = env().timeout_s;
+    const auto start = Clock::now();
+    for (std::uint64_t polls = 0;; ++polls) {
+      int got = 0, sent = 0;
+      FC_CHECK_MPI(MPI_Testall(size_, recvs.data(), &got, MPI_STATUSES_IGNORE));
+      FC_CHECK_MPI(MPI_Testall(size_, sends.data(), &sent, MPI_STATUSES_IGNORE));
+      if (got && sent) break;
+      if (std::chrono::duration<double>(Clock::now() - start).count() > limit) {
+        std::string silent;
+        for (int r = 0; r < size_; ++r) {
+          int done = 1;
+          if (recvs[r] != MPI_REQUEST_NULL)
+            FC_CHECK_MPI(MPI_Test(&recvs[r], &done, MPI_STATUS_IGNORE));
+          if (!done) silent += detail::make_string(silent.empty() ? "" : ", ", r);
+        }
+        timeout(detail::make_string(missing, "; no word from rank(s) ",
+                                    silent.empty() ? std::string("none (sends pending)") : silent));
+      }
+      backoff(polls);
+    }
+  }
   std::vector<int> lens(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
   long long total = 0;
   bool all_inline = true;

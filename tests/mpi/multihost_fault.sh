@@ -26,11 +26,17 @@ if [ "$fault" = drop ]; then
     cat "$f"
     grep -q "fusedcoll mpi: timeout: rank $r waited more than 3 s" "$f" || fail "rank $r: no timeout"
   done
-  # The ranks of host 1 wait for those of host 2 and vice versa: the silent rank is named (a
-  # slot of rank 2 or 3 on host 1, or the peer that never took this rank's data), unless the
-  # drop caught them in the entry rendezvous, which names the call instead.
-  grep -Eqh "\[(2|3)\]|rank (2|3) |enter the call" "$dir/rank.0" "$dir/rank.1" ||
-    fail "host 1's ranks do not say whom they waited for"
+  # The ranks of host 1 wait for those of host 2 and vice versa, and must name one: a slot of
+  # that rank ('all_reduce.in[2]'), the peer that never took this rank's data, or, in the entry
+  # rendezvous, the ranks whose records never came.
+  for r in 0 1; do
+    grep -Eq "\[(2|3)\]'|rank (2|3) |rank\(s\) ([0-9]+, )*(2|3)" "$dir/rank.$r" ||
+      fail "rank $r (host 1) does not name a rank of host 2 as the one it waited for"
+  done
+  for r in 2 3; do
+    grep -Eq "\[(0|1)\]'|rank (0|1) |rank\(s\) (0|1)" "$dir/rank.$r" ||
+      fail "rank $r (host 2) does not name a rank of host 1 as the one it waited for"
+  done
 else
   echo "$out" | grep -Eq "rank 2 with PID [0-9]+ on node [^ ]+ exited on signal 9" ||
     fail "mpiexec did not report the killed rank 2"
