@@ -15,23 +15,30 @@
 # total reduction length, split evenly over the ranks), MODE (scale_up: the fused variant drawn;
 # scale_out also works), BUILD_DIR (build). The driver checks every rank's output bit for bit
 # against ref/ and fails if it differs. Traces show wall-clock time, so on a machine with fewer
-# cores than RANKS x CUS the compute units time-share and the picture stretches.
+# cores than RANKS x CUS the compute units time-share and the picture stretches. CLOCK=virtual
+# draws the virtual timeline instead (docs/simulation.md): PRESET (default host) sets the machine,
+# whose compute units replace CUS, with a track per link; e.g.
+#   CLOCK=virtual PRESET=host scripts/make-trace-figure.sh /tmp/gemv-virtual.png
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${1:-docs/images/emu-trace-gemv.png}
 BUILD_DIR=${BUILD_DIR:-build}
 RANKS=${RANKS:-4} CUS=${CUS:-2} M=${M:-4} N=${N:-4096} K=${K:-4096} MODE=${MODE:-scale_up}
+CLOCK=${CLOCK:-wall} PRESET=${PRESET:-host}
 WORK="$BUILD_DIR/trace-figure"
 
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target fusedcoll_ref fusedcoll_emu >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target fusedcoll_ref fusedcoll_emu fusedcoll_model \
+  fusedcoll_core >/dev/null
 lib_emu=$(find "$BUILD_DIR" -maxdepth 2 -name libfusedcoll_emu.a | head -n 1)
 lib_ref=$(find "$BUILD_DIR" -maxdepth 2 -name libfusedcoll_ref.a | head -n 1)
-if [ -z "$lib_emu" ] || [ -z "$lib_ref" ]; then
-  echo "make-trace-figure: libfusedcoll_emu.a / libfusedcoll_ref.a not found under $BUILD_DIR" >&2
+lib_model=$(find "$BUILD_DIR" -maxdepth 2 -name libfusedcoll_model.a | head -n 1)
+lib_core=$(find "$BUILD_DIR" -maxdepth 2 -name libfusedcoll_core.a | head -n 1)
+if [ -z "$lib_emu" ] || [ -z "$lib_ref" ] || [ -z "$lib_model" ] || [ -z "$lib_core" ]; then
+  echo "make-trace-figure: libfusedcoll_{emu,ref,model,core}.a not found under $BUILD_DIR" >&2
   exit 1
 fi
 
@@ -96,14 +103,19 @@ int main(int argc, char** argv) {
 }
 EOF
 "${CXX:-c++}" -std=c++20 -O2 -pthread -Iinclude -I"$BUILD_DIR/include" \
-  "$WORK/trace_figure.cpp" "$lib_emu" "$lib_ref" -ltbb -o "$WORK/trace_figure"
+  "$WORK/trace_figure.cpp" "$lib_emu" "$lib_ref" "$lib_model" "$lib_core" -ltbb -o "$WORK/trace_figure"
 
 for mode in unfused "$MODE"; do
   rm -f "$WORK/$mode.json"
-  FUSEDCOLL_TRACE="$WORK/$mode.json" "$WORK/trace_figure" "$mode" "$RANKS" "$CUS" "$M" "$N" "$K"
+  FUSEDCOLL_CLOCK="$CLOCK" FUSEDCOLL_PRESET="$PRESET" FUSEDCOLL_TRACE="$WORK/$mode.json" \
+    "$WORK/trace_figure" "$mode" "$RANKS" "$CUS" "$M" "$N" "$K"
 done
 
 mkdir -p "$(dirname "$OUT")"
 python3 scripts/trace-to-png.py -o "$OUT" \
-  --title "GemvAllReduce M=$M N=$N K=$K on the emulator: $RANKS devices x $CUS compute units, $(nproc) host cores" \
+  --title "$(if [ "$CLOCK" = virtual ]; then
+    echo "GemvAllReduce M=$M N=$N K=$K in virtual time: $RANKS devices, preset $PRESET"
+  else
+    echo "GemvAllReduce M=$M N=$N K=$K on the emulator: $RANKS devices x $CUS compute units, $(nproc) host cores"
+  fi)" \
   "$WORK/unfused.json" -l unfused "$WORK/$MODE.json" -l "fused ${MODE/_/-}"
