@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
   libopenmpi-dev openmpi-bin
+  libsimgrid-dev
 )
 optional=()
 for arg in "$@"; do

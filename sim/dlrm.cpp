@@ -1,0 +1,559 @@
+// The DLRM iteration and the operators as simulator programs, costed by the model
+// (docs/simulation.md, "Scale-out"). Kernels are priced tile by tile as the plans cut them: a
+// persistent kernel's tile i runs on compute unit i mod CUs, one at a time (the emulator's
+// round-robin tile assignment over a grid that is a multiple of the CUs).
+#include "sim/dlrm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "fusedcoll/detail/gemm_plan.hpp"
+#include "fusedcoll/detail/schedule.hpp"
+#include "fusedcoll/error.hpp"
+
+namespace fusedcoll::sim {
+
+const char* to_string(Sharding s) noexcept {
+  switch (s) {
+    case Sharding::automatic: return "auto";
+    case Sharding::table: return "table";
+    case Sharding::column: return "column";
+    case Sharding::row: return "row";
+  }
+  return "invalid";
+}
+
+Sharding parse_sharding(const std::string& s) {
+  for (Sharding v : {Sharding::automatic, Sharding::table, Sharding::column, Sharding::row})
+    if (s == to_string(v)) return v;
+  throw InvalidArgument("unknown sharding '" + s + "' (auto, table, column or row)");
+}
+
+Dlrm mlperf_dlrm(bool one_hot) {
+  Dlrm m;
+  // mlcommons/training recommendation_v2/torchrec_dlrm/README.MD: the Criteo 1TB tables (capped
+  // at 40M rows) and the multi-hot sizes of the synthetic multi-hot dataset.
+  m.rows = {40000000, 39060,   17295, 7424,  20265, 3,        7122,     1543,     63,
+            40000000, 3067956, 405282, 10,   2209,  11938,    155,      4,        976,
+            14,       40000000, 40000000, 40000000, 590152, 12973, 108, 36};
+  m.pooling = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+  if (one_hot) std::fill(m.pooling.begin(), m.pooling.end(), 1);
+  return m;
+}
+
+namespace {
+
+constexpr std::int64_t kBagBlock = 16;  // samples per embedding tile (the emulator's plan)
+
+std::int64_t T_of(const Dlrm& m) { return static_cast<std::int64_t>(m.rows.size()); }
+
+std::vector<std::int64_t> batches(std::int64_t B, int P) {
+  std::vector<std::int64_t> b(static_cast<std::size_t>(P), B / P);
+  for (std::int64_t q = 0; q < B % P; ++q) ++b[static_cast<std::size_t>(q)];
+  return b;
+}
+
+/// Per-CU accumulation of tiles in order: tile i on CU i mod C. Returns each tile's end.
+struct CuClock {
+  std::vector<double> t;
+  std::size_t next = 0;
+  explicit CuClock(int cus) : t(static_cast<std::size_t>(cus), 0.0) {}
+  double run(double cost) {
+    double& c = t[next];
+    next = (next + 1) % t.size();
+    c += cost;
+    return c;
+  }
+  double makespan() const { return *std::max_element(t.begin(), t.end()); }
+};
+
+double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
+int cus(const Cluster& c) { return c.preset.device.compute_units; }
+
+/// A spread-over-the-device kernel: the total work in equal shares on every CU.
+double spread(const Cluster& c, const model::Work& w) {
+  const double n = cus(c);
+  return model::seconds(c.preset, {w.kernel, w.flops / n, w.bytes / n});
+}
+
+double emb_tile(const Cluster& c, const Dlrm& m, const Shard& s, std::int64_t bags) {
+  const auto rows = std::max<std::int64_t>(
+      1, std::llround(static_cast<double>(bags * m.pooling[static_cast<std::size_t>(s.table)]) *
+                      s.row_fraction));
+  return model::seconds(c.preset, model::embedding(rows, bags, s.c1 - s.c0));
+}
+
+/// Backward: the pooled gradient read per bag, every gathered row updated (read, add, write).
+double emb_bwd_tile(const Cluster& c, const Dlrm& m, const Shard& s, std::int64_t bags) {
+  const auto rows = std::max<std::int64_t>(
+      1, std::llround(static_cast<double>(bags * m.pooling[static_cast<std::size_t>(s.table)]) *
+                      s.row_fraction));
+  return emb_tile(c, m, s, bags) + model::seconds(c.preset, model::reduce(rows * (s.c1 - s.c0)));
+}
+
+/// A GEMM [rows x k] x [k x n] cut into the GemmAllToAll plan's 16 x 64 tiles.
+double gemm_kernel(const Cluster& c, std::int64_t rows, std::int64_t k, std::int64_t n) {
+  using detail::gemm::kColBlock;
+  using detail::gemm::kRowBlock;
+  CuClock cu(cus(c));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
+    for (std::int64_t n0 = 0; n0 < n; n0 += kColBlock)
+      cu.run(model::seconds(c.preset, model::gemm(std::min(kRowBlock, rows - r0),
+                                                  std::min(kColBlock, n - n0), k)));
+  return launch(c) + cu.makespan();
+}
+
+struct Mlp {
+  double fwd = 0, bwd = 0;
+  std::int64_t params = 0;
+};
+
+Mlp mlp(const Cluster& c, std::int64_t b, std::int64_t in, const std::vector<std::int64_t>& outs) {
+  Mlp r;
+  for (std::int64_t out : outs) {
+    r.fwd += gemm_kernel(c, b, in, out);
+    r.bwd += gemm_kernel(c, b, out, in) + gemm_kernel(c, in, b, out);  // dX, dW
+    r.params += in * out + out;
+    in = out;
+  }
+  return r;
+}
+
+Step compute(const std::string& phase, double s) {
+  Step st;
+  st.kind = Step::compute;
+  st.phase = phase;
+  st.seconds = s;
+  return st;
+}
+
+/// The columns of all tables concatenated.
+std::vector<Shard> column_range(const Dlrm& m, std::int64_t g0, std::int64_t g1) {
+  std::vector<Shard> out;
+  for (std::int64_t t = 0; t < T_of(m) && g0 < g1; ++t) {
+    const std::int64_t t0 = t * m.dim, t1 = t0 + m.dim;
+    const std::int64_t a = std::max(g0, t0), b = std::min(g1, t1);
+    if (a < b) out.push_back({static_cast<int>(t), a - t0, b - t0, 1.0});
+  }
+  return out;
+}
+
+/// The forward embedding kernel's tiles in the plan's order and their slices' ends.
+struct EmbKernel {
+  double seconds = 0;               // launch + makespan
+  std::vector<double> slice_end;    // [P]: when the slice for q is complete (fused)
+};
+
+EmbKernel emb_kernel(const Dlrm& m, const Cluster& c, const std::vector<Shard>& mine, int rank,
+                     const std::vector<std::int64_t>& batch, bool fused, bool backward) {
+  const int P = static_cast<int>(batch.size());
+  EmbKernel k;
+  k.slice_end.assign(static_cast<std::size_t>(P), 0.0);
+  CuClock cu(cus(c));
+  auto cost = [&](const Shard& s, std::int64_t n) {
+    return backward ? emb_bwd_tile(c, m, s, n) : emb_tile(c, m, s, n);
+  };
+  if (fused) {
+    // detail: the emulator's fused_tiles(): table by table, destinations remote-first.
+    for (const Shard& s : mine)
+      for (int q : detail::remote_first(rank, P))
+        for (std::int64_t i0 = 0; i0 < batch[static_cast<std::size_t>(q)]; i0 += kBagBlock) {
+          const double end =
+              cu.run(cost(s, std::min(kBagBlock, batch[static_cast<std::size_t>(q)] - i0)));
+          k.slice_end[static_cast<std::size_t>(q)] =
+              std::max(k.slice_end[static_cast<std::size_t>(q)], launch(c) + end);
+        }
+  } else {
+    const std::int64_t B = std::accumulate(batch.begin(), batch.end(), std::int64_t{0});
+    for (const Shard& s : mine)
+      for (std::int64_t i0 = 0; i0 < B; i0 += kBagBlock) cu.run(cost(s, std::min(kBagBlock, B - i0)));
+  }
+  k.seconds = launch(c) + cu.makespan();
+  return k;
+}
+
+std::int64_t cols_of(const std::vector<Shard>& s) {
+  std::int64_t n = 0;
+  for (const Shard& x : s) n += x.c1 - x.c0;
+  return n;
+}
+
+}  // namespace
+
+Sharding effective(const Dlrm& m, int P) {
+  if (m.sharding != Sharding::automatic) return m.sharding;
+  return T_of(m) >= P ? Sharding::table : Sharding::column;
+}
+
+std::vector<std::vector<Shard>> shard(const Dlrm& m, int P) {
+  const std::int64_t T = T_of(m);
+  if (P < 1) throw InvalidArgument("dlrm: " + std::to_string(P) + " ranks");
+  if (T == 0) throw InvalidArgument("dlrm: no embedding tables");
+  if (m.pooling.size() != m.rows.size())
+    throw InvalidArgument("dlrm: " + std::to_string(m.pooling.size()) + " pooling sizes for " +
+                          std::to_string(T) + " tables");
+  if (m.dim < 1) throw InvalidArgument("dlrm: dim = " + std::to_string(m.dim));
+  if (m.global_batch < P)
+    throw InvalidArgument("dlrm: global batch " + std::to_string(m.global_batch) + " < " +
+                          std::to_string(P) + " ranks (every rank needs a sample)");
+  for (std::int64_t t = 0; t < T; ++t) {
+    if (m.rows[static_cast<std::size_t>(t)] < 1 || m.pooling[static_cast<std::size_t>(t)] < 1)
+      throw InvalidArgument("dlrm: table " + std::to_string(t) + " has " +
+                            std::to_string(m.rows[static_cast<std::size_t>(t)]) + " rows and pooling " +
+                            std::to_string(m.pooling[static_cast<std::size_t>(t)]) + " (both must be >= 1)");
+  }
+  std::vector<std::vector<Shard>> out(static_cast<std::size_t>(P));
+  switch (effective(m, P)) {
+    case Sharding::table: {
+      std::vector<int> order(static_cast<std::size_t>(T));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return m.pooling[static_cast<std::size_t>(a)] > m.pooling[static_cast<std::size_t>(b)];
+      });
+      std::vector<std::int64_t> load(static_cast<std::size_t>(P), 0);
+      for (int t : order) {
+        const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[r] += m.pooling[static_cast<std::size_t>(t)];
+        out[r].push_back({t, 0, m.dim, 1.0});
+      }
+      for (auto& v : out)
+        std::sort(v.begin(), v.end(), [](const Shard& a, const Shard& b) { return a.table < b.table; });
+      break;
+    }
+    case Sharding::column: {
+      const std::int64_t total = T * m.dim;
+      if (total < P)
+        throw InvalidArgument("dlrm: column-wise sharding of " + std::to_string(T) + " tables x " +
+                              std::to_string(m.dim) + " columns over " + std::to_string(P) +
+                              " ranks leaves ranks without a column");
+      for (int r = 0; r < P; ++r) out[static_cast<std::size_t>(r)] = column_range(m, total * r / P, total * (r + 1) / P);
+      break;
+    }
+    case Sharding::row:
+      for (std::int64_t t = 0; t < T; ++t) {
+        if (m.rows[static_cast<std::size_t>(t)] < P)
+          throw InvalidArgument("dlrm: row-wise sharding splits table " + std::to_string(t) +
+                                " (" + std::to_string(m.rows[static_cast<std::size_t>(t)]) +
+                                " rows) over " + std::to_string(P) +
+                                " ranks: more shards than rows; use column or table sharding");
+        for (int r = 0; r < P; ++r)
+          out[static_cast<std::size_t>(r)].push_back({static_cast<int>(t), 0, m.dim, 1.0 / P});
+      }
+      break;
+    case Sharding::automatic: break;
+  }
+  return out;
+}
+
+namespace {
+
+/// Everything the iteration costs, shared by the simulation program and the estimate.
+struct Costs {
+  std::vector<std::int64_t> batch;
+  std::int64_t b = 0;
+  Mlp bottom, top;
+  double interaction_fwd = 0, interaction_bwd = 0, optimizer = 0, unpack = 0;
+  EmbKernel fwd, bwd;
+  double bwd_pack = 0;
+};
+
+Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards, int rank,
+            bool fused) {
+  Costs k;
+  const int P = c.ranks();
+  k.batch = batches(m.global_batch, P);
+  k.b = k.batch[static_cast<std::size_t>(rank)];
+  const std::int64_t T = T_of(m);
+  k.bottom = mlp(c, k.b, m.bottom.front(),
+                 std::vector<std::int64_t>(m.bottom.begin() + 1, m.bottom.end()));
+  // Dot interaction of the T embeddings and the bottom MLP's output: (T+1)T/2 pairs, plus the
+  // dense features, feed the top MLP (DLRM's "dot" without self-interaction).
+  const std::int64_t F = T + 1;
+  const std::int64_t top_in = m.bottom.back() + F * (F - 1) / 2;
+  k.top = mlp(c, k.b, top_in, m.top);
+  {
+    CuClock cu(cus(c));
+    for (std::int64_t i = 0; i < k.b; ++i) cu.run(model::seconds(c.preset, model::gemm(F, F, m.dim)));
+    k.interaction_fwd = launch(c) + cu.makespan();
+    k.interaction_bwd = 2 * k.interaction_fwd;
+  }
+  k.optimizer = launch(c) + spread(c, model::reduce(k.bottom.params + k.top.params));
+  const auto& mine = shards[static_cast<std::size_t>(rank)];
+  k.fwd = emb_kernel(m, c, mine, rank, k.batch, fused, false);
+  k.bwd = emb_kernel(m, c, mine, rank, k.batch, fused && m.fuse_backward, true);
+  // Received pooled rows [B_r, T, D] unpacked into place; row-wise partials summed as well.
+  std::int64_t recv_floats = 0;
+  for (const auto& s : shards) recv_floats += cols_of(s) * k.b;
+  k.unpack = spread(c, model::copy(recv_floats * 4));
+  if (effective(m, P) == Sharding::row) k.unpack += spread(c, model::reduce(recv_floats));
+  if (!fused) k.unpack += launch(c);
+  k.bwd_pack = launch(c) + spread(c, model::copy(recv_floats * 4));
+  return k;
+}
+
+}  // namespace
+
+Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                     int rank, bool fused) {
+  const int P = c.ranks();
+  const Costs k = costs(m, c, shards, rank, fused);
+  const auto& mine = shards[static_cast<std::size_t>(rank)];
+  Program p;
+  // Forward: embedding lookups and the All-to-All of the pooled rows.
+  Step x;
+  x.kind = Step::exchange;
+  x.after = k.unpack;
+  for (int q = 0; q < P; ++q) {
+    const std::int64_t bytes = cols_of(mine) * k.batch[static_cast<std::size_t>(q)] * 4;
+    x.sends.push_back({fused ? k.fwd.slice_end[static_cast<std::size_t>(q)] : 0.0, q, bytes});
+  }
+  if (fused) {
+    x.phase = "emb_a2a_fwd";
+    x.seconds = k.fwd.seconds;
+  } else {
+    p.push_back(compute("emb_a2a_fwd", k.fwd.seconds));
+    x.phase = "emb_a2a_fwd";
+  }
+  p.push_back(std::move(x));
+  p.push_back(compute("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
+  p.push_back(compute("mlp_bwd", k.top.bwd));
+  Step ar;
+  ar.kind = Step::allreduce;
+  ar.phase = "mlp_bwd";
+  ar.bytes = k.top.params * 4;
+  p.push_back(ar);
+  p.push_back(compute("mlp_bwd", k.interaction_bwd + k.bottom.bwd));
+  ar.bytes = k.bottom.params * 4;
+  p.push_back(ar);
+  // Backward: the gradients of the pooled rows go back to the shards' owners.
+  Step y;
+  y.kind = Step::exchange;
+  y.phase = "a2a_emb_bwd";
+  for (int o = 0; o < P; ++o)
+    y.sends.push_back({0.0, o, cols_of(shards[static_cast<std::size_t>(o)]) * k.b * 4});
+  if (fused && m.fuse_backward) {
+    // The embedding backward consumes each source's slice as it lands: modelled as the kernel
+    // running alongside the exchange, its last tile after the last byte.
+    // running alongside the exchange while data lands (never starved), the last source's share
+    // after the last byte.
+    y.seconds = k.bwd_pack + k.bwd.seconds * (P - 1) / P;
+    y.after = k.bwd.seconds / P;
+    p.push_back(std::move(y));
+  } else {
+    y.seconds = k.bwd_pack;
+    p.push_back(std::move(y));
+    p.push_back(compute("a2a_emb_bwd", k.bwd.seconds));
+  }
+  Step w;
+  w.kind = Step::wait_comm;
+  w.phase = "allreduce_wait";
+  p.push_back(w);
+  p.push_back(compute("optimizer", k.optimizer));
+  return p;
+}
+
+namespace {
+
+/// Latency + bytes / bandwidth of rank r's share of an exchange on its bottleneck link.
+double exchange_seconds(const Cluster& c, const std::vector<std::int64_t>& to,
+                        const std::vector<std::int64_t>& from, int r) {
+  const model::Links& L = c.preset.links;
+  const int G = L.gpus_per_node;
+  double peer_max = 0, peer_sum_out = 0, peer_sum_in = 0, nic_out = 0, nic_in = 0;
+  bool intra = false, inter = false;
+  for (std::size_t q = 0; q < to.size(); ++q) {
+    if (static_cast<int>(q) == r) continue;
+    if (L.same_node(r, static_cast<int>(q))) {
+      peer_max = std::max<double>(peer_max, static_cast<double>(std::max(to[q], from[q])));
+      peer_sum_out += static_cast<double>(to[q]);
+      peer_sum_in += static_cast<double>(from[q]);
+      intra = intra || to[q] > 0 || from[q] > 0;
+    } else {
+      nic_out += static_cast<double>(to[q]);
+      nic_in += static_cast<double>(from[q]);
+      inter = inter || to[q] > 0 || from[q] > 0;
+    }
+  }
+  (void)G;
+  const double peer_bytes = L.peer_topology == model::PeerTopology::mesh
+                                ? peer_max
+                                : std::max(peer_sum_out, peer_sum_in);
+  const double tp = intra ? L.peer_us * 1e-6 + peer_bytes / (L.peer_gbps * 1e9) : 0;
+  const double tn = inter ? L.nic_us * 1e-6 + std::max(nic_out, nic_in) / (L.nic_gbps * 1e9) : 0;
+  return std::max(tp, tn);
+}
+
+double allreduce_seconds(const Cluster& c, std::int64_t S) {
+  const model::Links& L = c.preset.links;
+  const int G = L.gpus_per_node, N = c.nodes;
+  const double chunk = static_cast<double>(S) / G;
+  double t = 0;
+  if (G > 1) {
+    const double per_link = L.peer_topology == model::PeerTopology::mesh ? chunk : chunk * (G - 1);
+    t += 2 * (L.peer_us * 1e-6 + per_link / (L.peer_gbps * 1e9));
+    t += spread(c, model::reduce(static_cast<std::int64_t>(chunk * (G - 1) / 4)));
+  }
+  if (N > 1) {
+    const bool pow2 = (N & (N - 1)) == 0;
+    const double steps = pow2 ? 2 * std::log2(N) : 2.0 * (N - 1);
+    t += steps * L.nic_us * 1e-6 + 2.0 * (N - 1) / N * chunk / (L.nic_gbps * 1e9);
+    t += spread(c, model::reduce(static_cast<std::int64_t>(chunk / 4)));
+  }
+  return t;
+}
+
+}  // namespace
+
+Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                    bool fused) {
+  const int P = c.ranks();
+  const int r = 0;
+  const Costs k = costs(m, c, shards, r, fused);
+  std::vector<std::int64_t> to(static_cast<std::size_t>(P)), from(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    to[static_cast<std::size_t>(q)] = cols_of(shards[0]) * k.batch[static_cast<std::size_t>(q)] * 4;
+    from[static_cast<std::size_t>(q)] = cols_of(shards[static_cast<std::size_t>(q)]) * k.b * 4;
+  }
+  const double a2a_fwd = exchange_seconds(c, to, from, r);
+  const double a2a_bwd = exchange_seconds(c, from, to, r);
+  Estimate e;
+  const double mlp = k.bottom.fwd + k.interaction_fwd + k.top.fwd + k.top.bwd +
+                     k.interaction_bwd + k.bottom.bwd;
+  e.compute = k.fwd.seconds + k.unpack + mlp + k.bwd_pack + k.bwd.seconds + k.optimizer;
+  double fwd = 0;
+  if (fused) {
+    // The first remote slice leaves when its tiles finish; the rest of the exchange follows it.
+    double first = k.fwd.seconds;
+    for (int q = 0; q < P; ++q)
+      if (q != r) first = std::min(first, k.fwd.slice_end[static_cast<std::size_t>(q)]);
+    fwd = std::max(k.fwd.seconds, first + a2a_fwd) + k.unpack;
+  } else {
+    fwd = k.fwd.seconds + a2a_fwd + k.unpack;
+  }
+  double bwd = k.bwd_pack + a2a_bwd + k.bwd.seconds;
+  if (fused && m.fuse_backward) bwd = k.bwd_pack + std::max(a2a_bwd, k.bwd.seconds) + k.bwd.seconds / P;
+  // The AllReduces start after the top and bottom MLPs' backward and hide behind what follows.
+  const double ar = allreduce_seconds(c, k.top.params * 4) + allreduce_seconds(c, k.bottom.params * 4);
+  const double window = k.interaction_bwd + k.bottom.bwd + bwd;
+  e.iteration = fwd + mlp + bwd + std::max(0.0, ar - window) + k.optimizer;
+  e.exposed = e.iteration - e.compute;
+  return e;
+}
+
+// --- Operators ---------------------------------------------------------------------------------
+
+Program embedding_program(const EmbeddingOp& op, const Cluster& c, int rank, bool fused) {
+  Dlrm m;
+  m.global_batch = op.global_batch;
+  m.dim = op.dim;
+  m.rows.assign(static_cast<std::size_t>(op.tables), 1 << 20);
+  m.pooling.assign(static_cast<std::size_t>(op.tables), op.pooling);
+  m.sharding = Sharding::table;
+  const int P = c.ranks();
+  std::vector<std::vector<Shard>> shards(static_cast<std::size_t>(P));
+  for (std::int64_t t = 0; t < op.tables; ++t)
+    shards[static_cast<std::size_t>(t % P)].push_back({static_cast<int>(t), 0, op.dim, 1.0});
+  if (op.tables < 1 || op.dim < 1 || op.global_batch < P || op.pooling < 1)
+    throw InvalidArgument("op embedding: tables, dim, pooling >= 1 and batch >= ranks");
+  const auto batch = batches(op.global_batch, P);
+  const auto& mine = shards[static_cast<std::size_t>(rank)];
+  const EmbKernel k = emb_kernel(m, c, mine, rank, batch, fused, false);
+  std::int64_t recv = 0;
+  for (const auto& s : shards) recv += cols_of(s) * batch[static_cast<std::size_t>(rank)];
+  Program p;
+  Step x;
+  x.kind = Step::exchange;
+  x.phase = "embedding_alltoall";
+  x.after = spread(c, model::copy(recv * 4)) + (fused ? 0 : launch(c));
+  for (int q = 0; q < P; ++q)
+    x.sends.push_back({fused ? k.slice_end[static_cast<std::size_t>(q)] : 0.0, q,
+                       cols_of(mine) * batch[static_cast<std::size_t>(q)] * 4});
+  if (fused) x.seconds = k.seconds;
+  else p.push_back(compute("embedding_alltoall", k.seconds));
+  p.push_back(std::move(x));
+  return p;
+}
+
+Program gemm_program(const GemmOp& op, const Cluster& c, int rank, bool fused) {
+  const int P = c.ranks();
+  const std::int64_t E = op.experts > 0 ? op.experts : P;
+  if (op.tokens < 1 || op.k < 1 || op.n < 1)
+    throw InvalidArgument("op gemm: tokens, k and n must be >= 1");
+  GemmAllToAllArgs a;
+  a.k = op.k;
+  a.n = op.n;
+  for (std::int64_t e = 0; e < E; ++e) a.host.push_back(static_cast<int>(e % P));
+  for (int s = 0; s < P; ++s)
+    for (std::int64_t e = 0; e < E; ++e)
+      a.counts.push_back(op.tokens / E + (e < op.tokens % E ? 1 : 0));
+  const detail::gemm::Plan pl(a, rank, P);
+  // Tiles in the plan's order; a slice for source s is complete with its last tile.
+  std::vector<detail::gemm::Tile> tiles;
+  if (fused) tiles = pl.fused_tiles();
+  else
+    for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
+  CuClock cu(cus(c));
+  std::vector<double> end(static_cast<std::size_t>(P), 0.0);
+  for (const auto& t : tiles) {
+    const double e = cu.run(model::seconds(c.preset, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K)));
+    end[static_cast<std::size_t>(t.s)] = std::max(end[static_cast<std::size_t>(t.s)], launch(c) + e);
+  }
+  const double kernel = launch(c) + cu.makespan();
+  Program p;
+  Step x;
+  x.kind = Step::exchange;
+  x.phase = "gemm_alltoall";
+  std::int64_t recv = 0;
+  for (int h = 0; h < P; ++h) recv += pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(rank)];
+  x.after = spread(c, model::copy(recv * op.n * 4)) + (fused ? 0 : launch(c));
+  for (int s = 0; s < P; ++s)
+    x.sends.push_back({fused ? end[static_cast<std::size_t>(s)] : 0.0, s,
+                       pl.rows[static_cast<std::size_t>(rank)][static_cast<std::size_t>(s)] * op.n * 4});
+  if (fused) x.seconds = kernel;
+  else p.push_back(compute("gemm_alltoall", kernel));
+  p.push_back(std::move(x));
+  return p;
+}
+
+Program gemv_program(const GemvOp& op, const Cluster& c, int rank, bool fused) {
+  const int P = c.ranks();
+  if (op.m < 1 || op.k < P || op.n < P)
+    throw InvalidArgument("op gemv: m >= 1, k and n >= ranks");
+  constexpr std::int64_t kTileN = 64;  // the emulator's plan: columns per tile
+  const std::int64_t kp = op.k / P + (rank < op.k % P ? 1 : 0);
+  auto chunk = [&](int j) { return std::pair{op.n * j / P, op.n * (j + 1) / P}; };
+  CuClock cu(cus(c));
+  std::vector<double> end(static_cast<std::size_t>(P), 0.0);
+  for (int j : detail::remote_first(rank, P)) {
+    const auto [n0, n1] = chunk(j);
+    for (std::int64_t t = n0; t < n1; t += kTileN) {
+      const double e = cu.run(model::seconds(c.preset, model::gemv(op.m, kp, std::min(kTileN, n1 - t))));
+      end[static_cast<std::size_t>(j)] = std::max(end[static_cast<std::size_t>(j)], launch(c) + e);
+    }
+  }
+  const double kernel = launch(c) + cu.makespan();
+  const auto [m0, m1] = chunk(rank);
+  const std::int64_t mine = (m1 - m0) * op.m;
+  Program p;
+  Step rs;
+  rs.kind = Step::exchange;
+  rs.phase = "gemv_allreduce";
+  for (int j = 0; j < P; ++j) {
+    const auto [n0, n1] = chunk(j);
+    rs.sends.push_back({fused ? end[static_cast<std::size_t>(j)] : 0.0, j, (n1 - n0) * op.m * 4});
+  }
+  rs.after = spread(c, model::reduce(mine * (P - 1)));
+  if (fused) rs.seconds = kernel;
+  else p.push_back(compute("gemv_allreduce", kernel));
+  p.push_back(std::move(rs));
+  Step ag;
+  ag.kind = Step::exchange;
+  ag.phase = "gemv_allreduce";
+  for (int j = 0; j < P; ++j) ag.sends.push_back({0.0, j, mine * 4});
+  ag.after = spread(c, model::copy(op.n * op.m * 4));
+  p.push_back(std::move(ag));
+  return p;
+}
+
+}  // namespace fusedcoll::sim

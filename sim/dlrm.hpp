@@ -1,0 +1,90 @@
+#pragma once
+/// @file
+/// The DLRM training iteration and the operators as programs for the simulator, and the
+/// closed-form alpha-beta estimate beside them (docs/simulation.md, "Scale-out").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/sim.hpp"
+
+namespace fusedcoll::sim {
+
+/// How the embedding tables are spread over the ranks.
+enum class Sharding : std::uint8_t {
+  automatic,  ///< table-wise when there are at least as many tables as ranks, else column-wise
+  table,      ///< whole tables, largest pooling first onto the least loaded rank
+  column,     ///< the tables' columns, concatenated, cut into P equal ranges (a range may span two
+              ///< tables); every rank gets T·D/P columns (+-1)
+  row,        ///< every table's rows cut into P ranges; every rank pools partial sums for every
+              ///< sample, which the exchange sends to the sample's owner to be summed
+};
+const char* to_string(Sharding s) noexcept;
+Sharding parse_sharding(const std::string& s);
+
+/// A DLRM model and its batch.
+struct Dlrm {
+  std::int64_t global_batch = 65536;
+  std::int64_t dim = 128;
+  std::vector<std::int64_t> rows;     ///< per table
+  std::vector<std::int64_t> pooling;  ///< indices per bag, per table
+  std::vector<std::int64_t> bottom{13, 512, 256, 128};  ///< input, then each layer's outputs
+  std::vector<std::int64_t> top{1024, 1024, 512, 256, 1};  ///< each layer's outputs
+  Sharding sharding = Sharding::automatic;
+  /// Also fuse the backward pass's All-to-All with the embedding backward (the received
+  /// gradients are consumed slice by slice as they land). Off: only the forward is fused, which
+  /// is the operator fusedcoll implements.
+  bool fuse_backward = false;
+};
+
+/// MLPerf DLRM (recommendation_v2, Criteo 1TB multi-hot): 26 tables of dim 128 with their row
+/// counts and multi-hot sizes; `one_hot` sets every pooling to 1 (the v1 benchmark).
+Dlrm mlperf_dlrm(bool one_hot = false);
+
+/// One rank's piece of one table.
+struct Shard {
+  int table = 0;
+  std::int64_t c0 = 0, c1 = 0;    ///< columns
+  double row_fraction = 1.0;      ///< of the table's rows (row-wise sharding)
+};
+
+/// The shards of every rank. Throws InvalidArgument for a sharding the model does not allow
+/// (more row shards than a table has rows, no tables, a batch smaller than the ranks...).
+std::vector<std::vector<Shard>> shard(const Dlrm& m, int ranks);
+Sharding effective(const Dlrm& m, int ranks);
+
+/// Rank `rank`'s program for one iteration, baseline or fused.
+Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                     int rank, bool fused);
+
+/// The same iteration in closed form: compute from the same kernel costs, every collective as
+/// latency + bytes / bandwidth on its bottleneck link.
+struct Estimate {
+  double iteration = 0, compute = 0, exposed = 0;
+};
+Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                    bool fused);
+
+// --- Single operators (fusedcoll-sim op) ------------------------------------------------------
+
+/// EmbeddingAllToAll: T tables of `dim`, table t on rank t mod P, `pooling` indices per bag.
+struct EmbeddingOp {
+  std::int64_t tables = 26, dim = 128, global_batch = 65536, pooling = 1;
+};
+Program embedding_program(const EmbeddingOp& op, const Cluster& c, int rank, bool fused);
+
+/// GemmAllToAll (MoE): E experts on ranks round-robin, every rank routes `tokens` rows evenly to
+/// the experts, each expert multiplies by its k x n weight; the plan of detail/gemm_plan.hpp.
+struct GemmOp {
+  std::int64_t experts = 0, tokens = 4096, k = 1024, n = 1024;
+};
+Program gemm_program(const GemmOp& op, const Cluster& c, int rank, bool fused);
+
+/// GemvAllReduce: y = x W with W's k rows split over the ranks, AllReduce of the m x n result.
+struct GemvOp {
+  std::int64_t m = 1, k = 8192, n = 8192;
+};
+Program gemv_program(const GemvOp& op, const Cluster& c, int rank, bool fused);
+
+}  // namespace fusedcoll::sim

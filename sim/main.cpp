@@ -1,0 +1,255 @@
+// fusedcoll-sim: the scale-out simulator's command line (docs/simulation.md, "Scale-out").
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/error.hpp"
+#include "sim/dlrm.hpp"
+#include "sim/sim.hpp"
+
+namespace fc = fusedcoll;
+namespace sim = fusedcoll::sim;
+
+namespace {
+
+const char* kUsage = R"(usage:
+  fusedcoll-sim dlrm [options]        the DLRM training iteration, baseline vs fused, per node count
+  fusedcoll-sim op embedding|gemm|gemv [options]   one operator, baseline vs fused
+  fusedcoll-sim transfer --src R --dst R --bytes B   one transfer on an idle cluster
+cluster:  --preset NAME|FILE (mi250x)  --nodes N[,N...] (dlrm: 8,16,32,64,128; op: 2)
+          --gpus-per-node G (the preset's)  --radix R (8)  --taper T (1)
+          --merge-us U (1): sends to one node within U us are one flow
+          --network-model M (CM02)  --precision-us U (1): SimGrid's time precision
+dlrm:     --sharding auto|table|column|row (auto)  --one-hot  --fuse-backward
+          --batch B (65536)  --csv FILE
+op:       embedding: --tables T (26) --dim D (128) --batch B (65536) --pooling L (1)
+          gemm: --experts E (ranks) --tokens T (4096) --k K (1024) --n N (1024)
+          gemv: --m M (1) --k K (8192) --n N (8192)
+)";
+
+struct Args {
+  std::map<std::string, std::string> kv;
+  std::vector<std::string> pos;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      const std::string key = s.substr(2);
+      if (key == "one-hot" || key == "fuse-backward" || key == "help") {
+        a.kv[key] = std::string(1, '1');
+      } else {
+        if (i + 1 >= argc) throw fc::InvalidArgument("option --" + key + " needs a value");
+        a.kv[key] = argv[++i];
+      }
+    } else {
+      a.pos.push_back(s);
+    }
+  }
+  return a;
+}
+
+std::string get(const Args& a, const std::string& k, const std::string& d) {
+  auto it = a.kv.find(k);
+  return it == a.kv.end() ? d : it->second;
+}
+
+double num(const Args& a, const std::string& k, double d) {
+  const std::string s = get(a, k, "");
+  if (s.empty()) return d;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0') throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
+  return v;
+}
+
+std::vector<int> nodes_list(const Args& a, const std::string& d) {
+  std::vector<int> out;
+  std::stringstream ss(get(a, "nodes", d));
+  for (std::string t; std::getline(ss, t, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(t.c_str(), &end, 10);
+    if (end == t.c_str() || *end != '\0') throw fc::InvalidArgument("--nodes: '" + t + "' is not an integer");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+sim::Cluster cluster(const Args& a, int nodes) {
+  sim::Cluster c;
+  c.preset = fc::model::load_preset(get(a, "preset", "mi250x"));
+  if (a.kv.count("gpus-per-node")) c.preset.links.gpus_per_node = static_cast<int>(num(a, "gpus-per-node", 0));
+  c.nodes = nodes;
+  c.radix = static_cast<int>(num(a, "radix", 8));
+  c.taper = num(a, "taper", 1);
+  sim::check(c);
+  return c;
+}
+
+sim::Options options(const Args& a) {
+  sim::Options o;
+  o.merge_window = num(a, "merge-us", 1) * 1e-6;
+  o.network_model = get(a, "network-model", "CM02");
+  o.time_precision = num(a, "precision-us", 1) * 1e-6;
+  return o;
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+std::string phases(const sim::Result& r) {
+  std::string s;
+  for (const auto& [n, t] : r.phases) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%s%s=%.1f", s.empty() ? "" : " ", n.c_str(), t * 1e6);
+    s += b;
+  }
+  return s;
+}
+
+int dlrm(const Args& a) {
+  sim::Dlrm m = sim::mlperf_dlrm(a.kv.count("one-hot") > 0);
+  m.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
+  m.sharding = sim::parse_sharding(get(a, "sharding", "auto"));
+  m.fuse_backward = a.kv.count("fuse-backward") > 0;
+  const sim::Options o = options(a);
+  std::ofstream csv;
+  if (a.kv.count("csv")) {
+    csv.open(get(a, "csv", ""));
+    if (!csv) throw fc::InvalidArgument("cannot write --csv " + get(a, "csv", ""));
+    csv << "preset,nodes,ranks,sharding,pooling,base_iter_us,base_compute_us,base_exposed_us,"
+           "fused_iter_us,fused_compute_us,fused_exposed_us,reduction_pct,ab_base_us,ab_fused_us,"
+           "ab_reduction_pct,sim_wall_s\n";
+  }
+  std::printf("DLRM (%zu tables, dim %lld, batch %lld, bottom 13-512-256-128, top 1024-1024-512-256-1), "
+              "pooling %s, fuse backward %s\n",
+              m.rows.size(), static_cast<long long>(m.dim), static_cast<long long>(m.global_batch),
+              a.kv.count("one-hot") ? "one-hot" : "multi-hot", m.fuse_backward ? "yes" : "no");
+  std::printf("%6s %6s %-7s | %10s %9s %9s | %10s %9s %9s | %7s | %9s %9s %7s | %6s\n", "nodes", "ranks",
+              "shard", "base us", "compute", "exposed", "fused us", "compute", "exposed", "reduct",
+              "a-b base", "a-b fused", "a-b red", "wall s");
+  for (int n : nodes_list(a, "8,16,32,64,128")) {
+    const sim::Cluster c = cluster(a, n);
+    const int P = c.ranks();
+    const auto shards = sim::shard(m, P);
+    sim::Result res[2];
+    for (int f = 0; f < 2; ++f)
+      res[f] = sim::run_isolated([&] {
+        return sim::simulate(c, [&](int r) { return sim::dlrm_program(m, c, shards, r, f == 1); }, o);
+      });
+    const sim::Estimate e0 = sim::alpha_beta(m, c, shards, false);
+    const sim::Estimate e1 = sim::alpha_beta(m, c, shards, true);
+    const double red = 100 * (1 - res[1].iteration / res[0].iteration);
+    const double ab_red = 100 * (1 - e1.iteration / e0.iteration);
+    const double wall = std::max(res[0].wall, res[1].wall);
+    std::printf("%6d %6d %-7s | %10.1f %9.1f %9.1f | %10.1f %9.1f %9.1f | %6.1f%% | %9.1f %9.1f %6.1f%% | %6.2f\n",
+                n, P, sim::to_string(sim::effective(m, P)), res[0].iteration * 1e6,
+                res[0].compute * 1e6, res[0].exposed * 1e6, res[1].iteration * 1e6,
+                res[1].compute * 1e6, res[1].exposed * 1e6, red, e0.iteration * 1e6,
+                e1.iteration * 1e6, ab_red, wall);
+    std::printf("         base  phases (rank 0, us): %s\n         fused phases (rank 0, us): %s\n",
+                phases(res[0]).c_str(), phases(res[1]).c_str());
+    if (csv)
+      csv << c.preset.name << ',' << n << ',' << P << ',' << sim::to_string(sim::effective(m, P)) << ','
+          << (a.kv.count("one-hot") ? "one-hot" : "multi-hot") << ',' << res[0].iteration * 1e6 << ','
+          << res[0].compute * 1e6 << ',' << res[0].exposed * 1e6 << ',' << res[1].iteration * 1e6 << ','
+          << res[1].compute * 1e6 << ',' << res[1].exposed * 1e6 << ',' << red << ','
+          << e0.iteration * 1e6 << ',' << e1.iteration * 1e6 << ',' << ab_red << ',' << wall << '\n';
+  }
+  std::printf("paper (SC'24, simulated): 21%% at 128 nodes. peak simulation RSS %.0f MB\n", peak_rss_mb());
+  return 0;
+}
+
+int op(const Args& a) {
+  if (a.pos.size() < 2) throw fc::InvalidArgument("op: which operator? embedding, gemm or gemv");
+  const std::string which = a.pos[1];
+  const sim::Options o = options(a);
+  for (int n : nodes_list(a, "2")) {
+    const sim::Cluster c = cluster(a, n);
+    std::function<sim::Program(int, bool)> prog;
+    if (which == "embedding") {
+      sim::EmbeddingOp e;
+      e.tables = static_cast<std::int64_t>(num(a, "tables", 26));
+      e.dim = static_cast<std::int64_t>(num(a, "dim", 128));
+      e.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
+      e.pooling = static_cast<std::int64_t>(num(a, "pooling", 1));
+      prog = [e, c](int r, bool f) { return sim::embedding_program(e, c, r, f); };
+    } else if (which == "gemm") {
+      sim::GemmOp g;
+      g.experts = static_cast<std::int64_t>(num(a, "experts", 0));
+      g.tokens = static_cast<std::int64_t>(num(a, "tokens", 4096));
+      g.k = static_cast<std::int64_t>(num(a, "k", 1024));
+      g.n = static_cast<std::int64_t>(num(a, "n", 1024));
+      prog = [g, c](int r, bool f) { return sim::gemm_program(g, c, r, f); };
+    } else if (which == "gemv") {
+      sim::GemvOp g;
+      g.m = static_cast<std::int64_t>(num(a, "m", 1));
+      g.k = static_cast<std::int64_t>(num(a, "k", 8192));
+      g.n = static_cast<std::int64_t>(num(a, "n", 8192));
+      prog = [g, c](int r, bool f) { return sim::gemv_program(g, c, r, f); };
+    } else {
+      throw fc::InvalidArgument("op: unknown operator '" + which + "' (embedding, gemm or gemv)");
+    }
+    prog(0, false);  // bad arguments are reported here, before forking
+    sim::Result res[2];
+    for (int f = 0; f < 2; ++f)
+      res[f] = sim::run_isolated([&] {
+        return sim::simulate(c, [&](int r) { return prog(r, f == 1); }, o);
+      });
+    std::printf("%s on %d nodes x %d (%s): baseline %.1f us (compute %.1f), fused %.1f us (compute %.1f): %.1f%% less\n",
+                which.c_str(), n, c.preset.links.gpus_per_node, c.preset.name.c_str(),
+                res[0].iteration * 1e6, res[0].compute * 1e6, res[1].iteration * 1e6,
+                res[1].compute * 1e6, 100 * (1 - res[1].iteration / res[0].iteration));
+  }
+  return 0;
+}
+
+int transfer(const Args& a) {
+  const sim::Cluster c = cluster(a, nodes_list(a, "2").at(0));
+  const int src = static_cast<int>(num(a, "src", 0));
+  const int dst = static_cast<int>(num(a, "dst", c.preset.links.gpus_per_node));
+  const auto bytes = static_cast<std::int64_t>(num(a, "bytes", 1 << 20));
+  const sim::Options o = options(a);
+  const sim::Result r = sim::run_isolated([&] {
+    sim::Result x;
+    x.iteration = sim::simulate_transfer(c, src, dst, bytes, o);
+    return x;
+  });
+  std::printf("transfer %d -> %d, %lld B: simgrid %.3f us, model %.3f us\n", src, dst,
+              static_cast<long long>(bytes), r.iteration * 1e6,
+              fc::model::transfer_seconds(c.preset, src, dst, bytes) * 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.pos.empty() || a.kv.count("help")) {
+      std::fputs(kUsage, a.pos.empty() && !a.kv.count("help") ? stderr : stdout);
+      return a.kv.count("help") ? 0 : 2;
+    }
+    if (a.pos[0] == "dlrm") return dlrm(a);
+    if (a.pos[0] == "op") return op(a);
+    if (a.pos[0] == "transfer") return transfer(a);
+    throw fc::InvalidArgument("unknown command '" + a.pos[0] + "' (dlrm, op or transfer)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusedcoll-sim: %s\n", e.what());
+    return 1;
+  }
+}
