@@ -8,7 +8,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
+#include "fusedcoll/detail/gemv_plan.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -43,8 +45,6 @@ Dlrm mlperf_dlrm(bool one_hot) {
 }
 
 namespace {
-
-constexpr std::int64_t kBagBlock = 16;  // samples per embedding tile (the emulator's plan)
 
 std::int64_t T_of(const Dlrm& m) { return static_cast<std::int64_t>(m.rows.size()); }
 
@@ -145,29 +145,33 @@ struct EmbKernel {
   std::vector<double> slice_end;    // [P]: when the slice for q is complete (fused)
 };
 
-EmbKernel emb_kernel(const Dlrm& m, const Cluster& c, const std::vector<Shard>& mine, int rank,
-                     const std::vector<std::int64_t>& batch, bool fused, bool backward) {
+/// The plan of detail/embedding_plan.hpp over the shards: each shard is one of the plan's tables
+/// (owner = the shard's rank), so tiles, their order and the slices are the kernels' own. A
+/// shard's width and pooling price its tiles.
+detail::embedding::Plan emb_plan(const std::vector<std::vector<Shard>>& shards, int rank,
+                                 const std::vector<std::int64_t>& batch, std::int64_t dim) {
+  EmbeddingAllToAllArgs a;
+  a.dim = dim;
+  a.batch_sizes = batch;
+  for (std::size_t p = 0; p < shards.size(); ++p)
+    for (std::size_t k = 0; k < shards[p].size(); ++k) a.owner.push_back(static_cast<int>(p));
+  return {a, rank, static_cast<int>(shards.size())};
+}
+
+EmbKernel emb_kernel(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                     int rank, const std::vector<std::int64_t>& batch, bool fused, bool backward) {
   const int P = static_cast<int>(batch.size());
+  const auto& mine = shards[static_cast<std::size_t>(rank)];
+  const detail::embedding::Plan pl = emb_plan(shards, rank, batch, m.dim);
   EmbKernel k;
   k.slice_end.assign(static_cast<std::size_t>(P), 0.0);
   CuClock cu(cus(c));
-  auto cost = [&](const Shard& s, std::int64_t n) {
-    return backward ? emb_bwd_tile(c, m, s, n) : emb_tile(c, m, s, n);
-  };
-  if (fused) {
-    // detail: the emulator's fused_tiles(): table by table, destinations remote-first.
-    for (const Shard& s : mine)
-      for (int q : detail::remote_first(rank, P))
-        for (std::int64_t i0 = 0; i0 < batch[static_cast<std::size_t>(q)]; i0 += kBagBlock) {
-          const double end =
-              cu.run(cost(s, std::min(kBagBlock, batch[static_cast<std::size_t>(q)] - i0)));
-          k.slice_end[static_cast<std::size_t>(q)] =
-              std::max(k.slice_end[static_cast<std::size_t>(q)], launch(c) + end);
-        }
-  } else {
-    const std::int64_t B = std::accumulate(batch.begin(), batch.end(), std::int64_t{0});
-    for (const Shard& s : mine)
-      for (std::int64_t i0 = 0; i0 < B; i0 += kBagBlock) cu.run(cost(s, std::min(kBagBlock, B - i0)));
+  for (const detail::embedding::Tile& t : fused ? pl.fused_tiles() : pl.unfused_tiles()) {
+    const Shard& s = mine[static_cast<std::size_t>(t.k)];
+    const double cost = backward ? emb_bwd_tile(c, m, s, t.i1 - t.i0) : emb_tile(c, m, s, t.i1 - t.i0);
+    const double end = launch(c) + cu.run(cost);
+    if (fused)
+      k.slice_end[static_cast<std::size_t>(t.q)] = std::max(k.slice_end[static_cast<std::size_t>(t.q)], end);
   }
   k.seconds = launch(c) + cu.makespan();
   return k;
@@ -279,9 +283,8 @@ Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard
     k.interaction_bwd = 2 * k.interaction_fwd;
   }
   k.optimizer = launch(c) + spread(c, model::reduce(k.bottom.params + k.top.params));
-  const auto& mine = shards[static_cast<std::size_t>(rank)];
-  k.fwd = emb_kernel(m, c, mine, rank, k.batch, fused, false);
-  k.bwd = emb_kernel(m, c, mine, rank, k.batch, fused && m.fuse_backward, true);
+  k.fwd = emb_kernel(m, c, shards, rank, k.batch, fused, false);
+  k.bwd = emb_kernel(m, c, shards, rank, k.batch, fused && m.fuse_backward, true);
   // Received pooled rows [B_r, T, D] unpacked into place; row-wise partials summed as well.
   std::int64_t recv_floats = 0;
   for (const auto& s : shards) recv_floats += cols_of(s) * k.b;
@@ -458,7 +461,7 @@ Program embedding_program(const EmbeddingOp& op, const Cluster& c, int rank, boo
     throw InvalidArgument("op embedding: tables, dim, pooling >= 1 and batch >= ranks");
   const auto batch = batches(op.global_batch, P);
   const auto& mine = shards[static_cast<std::size_t>(rank)];
-  const EmbKernel k = emb_kernel(m, c, mine, rank, batch, fused, false);
+  const EmbKernel k = emb_kernel(m, c, shards, rank, batch, fused, false);
   std::int64_t recv = 0;
   for (const auto& s : shards) recv += cols_of(s) * batch[static_cast<std::size_t>(rank)];
   Program p;
@@ -520,33 +523,33 @@ Program gemv_program(const GemvOp& op, const Cluster& c, int rank, bool fused) {
   const int P = c.ranks();
   if (op.m < 1 || op.k < P || op.n < P)
     throw InvalidArgument("op gemv: m >= 1, k and n >= ranks");
-  constexpr std::int64_t kTileN = 64;  // the emulator's plan: columns per tile
-  const std::int64_t kp = op.k / P + (rank < op.k % P ? 1 : 0);
-  auto chunk = [&](int j) { return std::pair{op.n * j / P, op.n * (j + 1) / P}; };
+  GemvAllReduceArgs a;
+  a.m = op.m;
+  a.n = op.n;
+  for (int p = 0; p < P; ++p) a.k_splits.push_back(op.k / P + (p < op.k % P ? 1 : 0));
+  const detail::gemv::Plan pl(a, rank, P);
   CuClock cu(cus(c));
   std::vector<double> end(static_cast<std::size_t>(P), 0.0);
-  for (int j : detail::remote_first(rank, P)) {
-    const auto [n0, n1] = chunk(j);
-    for (std::int64_t t = n0; t < n1; t += kTileN) {
-      const double e = cu.run(model::seconds(c.preset, model::gemv(op.m, kp, std::min(kTileN, n1 - t))));
-      end[static_cast<std::size_t>(j)] = std::max(end[static_cast<std::size_t>(j)], launch(c) + e);
-    }
+  for (int id : pl.compute) {
+    const detail::gemv::Tile& t = pl.tiles[static_cast<std::size_t>(id)];
+    const double e = launch(c) + cu.run(model::seconds(c.preset, model::gemv(pl.m, pl.k, t.n1 - t.n0)));
+    end[static_cast<std::size_t>(t.owner)] = std::max(end[static_cast<std::size_t>(t.owner)], e);
   }
   const double kernel = launch(c) + cu.makespan();
-  const auto [m0, m1] = chunk(rank);
-  const std::int64_t mine = (m1 - m0) * op.m;
+  const std::int64_t mine = pl.chunks[static_cast<std::size_t>(rank)].length * op.m;
   Program p;
+  // Reduce-scatter: each owner chunk's partial goes to its owner when its last tile is done.
   Step rs;
   rs.kind = Step::exchange;
   rs.phase = "gemv_allreduce";
-  for (int j = 0; j < P; ++j) {
-    const auto [n0, n1] = chunk(j);
-    rs.sends.push_back({fused ? end[static_cast<std::size_t>(j)] : 0.0, j, (n1 - n0) * op.m * 4});
-  }
+  for (int j = 0; j < P; ++j)
+    rs.sends.push_back({fused ? end[static_cast<std::size_t>(j)] : 0.0, j,
+                        pl.chunks[static_cast<std::size_t>(j)].length * op.m * 4});
   rs.after = spread(c, model::reduce(mine * (P - 1)));
   if (fused) rs.seconds = kernel;
   else p.push_back(compute("gemv_allreduce", kernel));
   p.push_back(std::move(rs));
+  // All-gather: the reduced chunk to every rank.
   Step ag;
   ag.kind = Step::exchange;
   ag.phase = "gemv_allreduce";
