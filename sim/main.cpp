@@ -161,8 +161,10 @@ int dlrm(const Args& a) {
                 res[0].compute * 1e6, res[0].exposed * 1e6, res[1].iteration * 1e6,
                 res[1].compute * 1e6, res[1].exposed * 1e6, red, e0.iteration * 1e6,
                 e1.iteration * 1e6, ab_red, wall);
-    std::printf("         base  phases (rank 0, us): %s\n         fused phases (rank 0, us): %s\n",
-                phases(res[0]).c_str(), phases(res[1]).c_str());
+    std::printf("         base  phases (rank 0, us): %s (%lld flows, %.2f s)\n"
+                "         fused phases (rank 0, us): %s (%lld flows, %.2f s)\n",
+                phases(res[0]).c_str(), static_cast<long long>(res[0].flows), res[0].wall,
+                phases(res[1]).c_str(), static_cast<long long>(res[1].flows), res[1].wall);
     if (csv)
       csv << c.preset.name << ',' << n << ',' << P << ',' << sim::to_string(sim::effective(m, P)) << ','
           << (a.kv.count("one-hot") ? "one-hot" : "multi-hot") << ',' << res[0].iteration * 1e6 << ','
