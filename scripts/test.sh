@@ -6,7 +6,8 @@
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, model, emu and mnist tests.
 # 3. ThreadSanitizer build of the emu tests.
 # 4. Release build with warnings as errors: every test (unit, install/consumer), including the
-#    MPI suites (label mpi), run under mpiexec by ctest, and the PyTorch component (label torch)
+#    MPI suites (label mpi), run under mpiexec by ctest, the SimGrid scale-out simulator (label
+#    sim; required: setup installs libsimgrid-dev), and the PyTorch component (label torch)
 #    when Debian's PyTorch is installed (setup --torch installs it as root; without it the
 #    component is skipped with a message).
 set -euo pipefail
@@ -63,7 +64,8 @@ else
   echo "test.sh: python3-torch / libtorch-dev are not installed: the PyTorch component (label torch) is skipped"
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFUSEDCOLL_BUILD_TESTS=ON \
-  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON -DFUSEDCOLL_ENABLE_TORCH="$torch_component"
+  -DFUSEDCOLL_BUILD_BENCH=ON -DFUSEDCOLL_WERROR=ON -DFUSEDCOLL_ENABLE_TORCH="$torch_component" \
+  -DFUSEDCOLL_ENABLE_SIM=ON
 cmake --build build -j "$jobs"
 # -LE long: the exhaustive 2^32-pattern codec test runs on request only (docs/testing.md).
 ctest --test-dir build --output-on-failure -j "$jobs" -LE long
