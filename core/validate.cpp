@@ -19,11 +19,6 @@
 namespace fusedcoll {
 namespace detail {
 
-void throw_oversize(const std::string& what, std::int64_t a, const char* op, std::int64_t b) {
-  throw InvalidArgument(make_string(what, " = ", a, " ", op, " ", b,
-                                    " does not fit in 64 bits: no memory has that size"));
-}
-
 namespace {
 /// Throws unless a view's element count and byte span (first to last element its strides reach)
 /// fit in 64 bits, so that the extent and overlap arithmetic on it cannot wrap. The extents

@@ -1104,6 +1104,13 @@ TEST(TensorErrors, NegativeDimension) {
   EXPECT_INVALID((TensorView(&x, DType::f32, {3, -2})), -2);
 }
 
+TEST(TensorErrors, ElementCountOverflows) {
+  // 2^32 * 2^32 elements: the contiguous strides would wrap.
+  float x = 0;
+  const std::int64_t big = std::int64_t{1} << 32;
+  EXPECT_INVALID((ConstTensorView(&x, DType::f32, {big, big, 4})), big, "dimension 0");
+}
+
 TEST(TensorErrors, NegativeDimensionStrided) {
   float x = 0;
   const std::int64_t shape[] = {4, -9}, strides[] = {1, 1};

@@ -15,6 +15,7 @@
 #include <span>
 #include <type_traits>
 
+#include "fusedcoll/detail/checked.hpp"
 #include "fusedcoll/dtype.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -46,7 +47,9 @@ class BasicTensorView {
       FC_ENFORCE_GE(shape[d], 0, "negative dimension ", d);
       shape_[d] = shape[d];
       strides_[d] = stride;
-      stride *= shape[d] > 0 ? shape[d] : 1;
+      stride = detail::checked_mul(stride, shape[d] > 0 ? shape[d] : 1, [d] {
+        return detail::make_string("contiguous tensor elements up to dimension ", d);
+      });
     }
   }
 
