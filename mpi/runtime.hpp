@@ -7,9 +7,12 @@
 // - rma: one-sided MPI_Put and MPI_Accumulate into the window; needs shared memory or an RDMA
 //   network between every pair of ranks (Debian's Open MPI has no one-sided path over TCP that
 //   does not hang without target-side progress).
-// - p2p: two-sided messages. A put is an MPI_Isend of a control message (the destination, and the
-//   bytes themselves when small) and, when large, one of the data with a tag of its own, straight
-//   from the caller's buffer; a signal is a control message. A receiver drains control messages
+// - p2p: two-sided messages. A put is a control record (the destination, and the bytes themselves
+//   when small) and, when large, an MPI_Isend of the data with a tag of its own, straight from the
+//   caller's buffer; a signal is a control record. Records to one peer are coalesced into one
+//   control message, sent when it nears TCP's eager limit, with every signal or large put, and
+//   before this rank waits or ends a call: a put need land only before the next signal from
+//   this rank to that peer (put's contract below). A receiver drains control messages
 //   whenever it waits (or signals, or ends a call): it receives each large put into its place with
 //   an MPI_Irecv and applies a signal only once the receives that came before it from that source
 //   have landed. So data leaves as soon as a workgroup puts it, and no rank relies on a peer
@@ -200,7 +203,17 @@ class Runtime {
     int slot = 0;
     std::uint64_t add = 0;
   };
+  struct Outbox {  // control records for one peer not sent yet
+    std::mutex mu;  // held across MPI_Isend too: messages leave in the order of their records
+    std::vector<char> records;
+  };
   void p2p_setup();
+  /// Appends a control record (and `payload`, h.bytes of it, for an inline put) for `peer`;
+  /// sends the outbox at once if `now`, or when it is full.
+  void p2p_record(int peer, const Header& h, const void* payload, bool now);
+  void p2p_ship(int peer, Outbox& box);  // box.mu held
+  /// Sends every outbox: before this rank blocks, so no peer waits for a record held here.
+  void p2p_flush();
   void p2p_put(int peer, int buffer, std::size_t offset, const void* src, std::size_t bytes);
   void p2p_send(int peer, const void* p, std::size_t bytes, int tag, std::vector<char> owned);
   void p2p_signal(int peer, int slot, std::uint64_t add);
@@ -245,6 +258,7 @@ class Runtime {
   std::mutex recv_mu_;
   std::vector<std::deque<Arrival>> arrivals_;
   std::vector<char> inbox_;
+  std::vector<std::unique_ptr<Outbox>> outboxes_;  // per peer
   std::atomic<std::uint32_t> next_tag_{0};
   int data_tags_ = 1;
   bool failed_ = false;
