@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "fusedcoll/env.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/mpi.hpp"
 #include "mpi/runtime.hpp"
@@ -96,6 +97,10 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         std::ofstream(dir + "/rank." + std::to_string(comm.rank()))
             << "rank " << comm.rank() << ": " << e.what() << "\n";
+        // The first rank to rethrow aborts the job, which kills its peers on the same host. All
+        // ranks stalled within milliseconds of each other, so waiting one FUSEDCOLL_TIMEOUT
+        // (plus a margin) lets every one of them report its own timeout before that happens.
+        std::this_thread::sleep_for(std::chrono::duration<double>(fc::env().timeout_s + 1.0));
         throw;
       }
     } else if (what == "mismatch") {
