@@ -9,6 +9,10 @@ fusedcoll's C++ generators), and compares its own output with ``same_bits``. Inp
 with random mantissas and exponents, so a wrong summation order shows in the bits.
 """
 
+import io
+import sys
+import unittest
+
 import torch
 
 import fusedcoll
@@ -317,3 +321,15 @@ def case_errors(rank, size):
                 [torch.ones(3, 2)], [torch.tensor([0] + [1] * size)], [torch.tensor([7])],
                 dim=2, owner=list(range(size)), batch_sizes=[1] * size), "7")
     still_works()
+
+
+def run_rank_suite(suite, rank):
+    """Runs a unittest suite on this rank of an MPI job and returns whether it passed. Rank 0
+    reports as it goes; the others stay quiet unless they fail, so mpiexec's merged output reads
+    as one report."""
+    stream = sys.stderr if rank == 0 else io.StringIO()
+    result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
+    if not result.wasSuccessful() and rank != 0:
+        sys.stderr.write(f"--- rank {rank} ---\n{stream.getvalue()}")
+    sys.stderr.flush()
+    return result.wasSuccessful()

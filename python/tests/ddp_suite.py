@@ -3,7 +3,6 @@ with fusedcoll's AllReduce as its communication hook. f32, fp16 and bf16 wires a
 so DDP's buckets end with the same bits as DistributedOptimizer's one flat buffer: 20 seeded steps
 give bit-identical parameters to it; FP8 with error feedback per bucket learns, ranks identical."""
 
-import io
 import os
 import socket
 import sys
@@ -12,14 +11,14 @@ import unittest
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import cases  # noqa: E402
 import fusedcoll  # noqa: E402
 import fusedcoll.torch as hvd  # noqa: E402
-from train_suite import BATCH, STEPS, bits, make_data, make_model, train  # noqa: E402
+from train_suite import STEPS, bits, make_data, make_model, run_steps, train  # noqa: E402
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -51,13 +50,7 @@ def train_ddp(seed, compression, error_feedback):
     model.register_comm_hook(hvd.DDPHookState(compression, error_feedback), counting_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05 * SIZE, momentum=0.5)
     x, y = make_data(RANK)
-    losses = []
-    for s in range(STEPS):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x[s * BATCH:(s + 1) * BATCH]), y[s * BATCH:(s + 1) * BATCH])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = run_steps(model, opt, x, y)
     return torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]), losses
 
 
@@ -85,12 +78,7 @@ class Ddp(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    stream = sys.stderr if RANK == 0 else io.StringIO()
-    suite = unittest.defaultTestLoader.loadTestsFromTestCase(Ddp)
-    result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
+    passed = cases.run_rank_suite(unittest.defaultTestLoader.loadTestsFromTestCase(Ddp), RANK)
     dist.destroy_process_group()
-    if not result.wasSuccessful():
-        if RANK != 0:
-            sys.stderr.write(f"--- rank {RANK} ---\n{stream.getvalue()}")
-        sys.stderr.flush()
+    if not passed:
         sys.exit(1)

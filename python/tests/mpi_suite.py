@@ -4,7 +4,6 @@ bit-exact cases and error cases as the emulator suite (cases.py), on the MPI bac
 Every rank runs the same tests in the same order; rank 0 prints the unittest report, and a rank
 with a failure prints its own and exits non-zero, which fails the job."""
 
-import io
 import os
 import sys
 import unittest
@@ -71,11 +70,6 @@ class MpiSession(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    stream = sys.stderr if RANK == 0 else io.StringIO()
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
-    result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
-    if not result.wasSuccessful():
-        if RANK != 0:
-            sys.stderr.write(f"--- rank {RANK} ---\n{stream.getvalue()}")
-        sys.stderr.flush()
+    if not cases.run_rank_suite(suite, RANK):
         sys.exit(1)

@@ -3,7 +3,6 @@
 bits as the same training on the emulator; FP8 with error feedback learns; a lab-style
 user-written compressor works; the compressors alone; broadcasts; errors on every rank."""
 
-import io
 import os
 import sys
 import unittest
@@ -13,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import cases
 import fusedcoll
 import fusedcoll.torch as hvd
 
@@ -35,6 +35,18 @@ def make_data(rank, seed=5):
     return centres[labels] + torch.randn(STEPS * BATCH, FEATURES, generator=g), labels
 
 
+def run_steps(model, opt, x, y):
+    """STEPS steps of cross-entropy SGD over the rank's batches; returns the per-step losses."""
+    losses = []
+    for s in range(STEPS):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[s * BATCH:(s + 1) * BATCH]), y[s * BATCH:(s + 1) * BATCH])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def train(model, rank, compression=hvd.Compression.none, error_feedback=False):
     """20 steps of the Horovod recipe; returns (flat parameters, per-step losses, optimizer)."""
     x, y = make_data(rank)
@@ -43,13 +55,7 @@ def train(model, rank, compression=hvd.Compression.none, error_feedback=False):
     hvd.broadcast_optimizer_state(base, root_rank=0)
     opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(),
                                    compression=compression, error_feedback=error_feedback)
-    losses = []
-    for s in range(STEPS):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x[s * BATCH:(s + 1) * BATCH]), y[s * BATCH:(s + 1) * BATCH])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = run_steps(model, opt, x, y)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return flat, losses, opt
 
@@ -228,11 +234,6 @@ class Errors(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    stream = sys.stderr if RANK == 0 else io.StringIO()
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
-    result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
-    if not result.wasSuccessful():
-        if RANK != 0:
-            sys.stderr.write(f"--- rank {RANK} ---\n{stream.getvalue()}")
-        sys.stderr.flush()
+    if not cases.run_rank_suite(suite, RANK):
         sys.exit(1)
