@@ -29,6 +29,15 @@
 // --size small|medium|large (both repeatable filters), --csv (machine-readable rows instead of
 // the table), --quick (tiny shapes, 2 repetitions: a smoke test, not a measurement),
 // --world-per-mode (one World per mode instead of one shared World, see 2).
+//
+// --link: instead, the link model's wall-clock accuracy (docs/emulator.md, "Link model";
+// docs/benchmarking.md): rank 0 puts to rank 1 and signals, rank 1 waits; the time from the first
+// put to rank 1 seeing the signal, against what the model books. The bytes are copied when the
+// put is issued, so a trial whose copy outlasts the modelled link time lands when the copy ends:
+// the model's time is judged over the trials whose copy finished within 90% of it (at least 3;
+// otherwise the case says the machine cannot show that link now). Exit status 1 when a judged
+// median is more than 10% off (not with --quick, a smoke run). tests/emu_link_test.cpp checks
+// the model's arithmetic exactly.
 
 #include <algorithm>
 #include <array>
@@ -45,6 +54,8 @@
 #include <string>
 #include <vector>
 
+#include "emu/runtime.hpp"
+#include "emu/state.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -62,6 +73,7 @@ struct Options {
   bool csv = false;
   bool quick = false;
   bool world_per_mode = false;
+  bool link = false;
   std::vector<std::string> ops;    // empty: all
   std::vector<std::string> sizes;  // empty: all
 };
@@ -319,15 +331,106 @@ double paired_ratio(const std::vector<Sample>& fused, const std::vector<Sample>&
   return quantile(r, 0.5);
 }
 
+// --- --link: the link model against the wall clock.
+
+struct LinkTrial {
+  double copy_ms = 0;      // rank 0's puts, from issue to return (the host copies the bytes)
+  double delivery_ms = 0;  // from issuing the first put to rank 1 observing the signal
+};
+
+/// `trials` times: rank 0 issues `puts` puts of `bytes` each, then one signal; rank 1 waits.
+std::vector<LinkTrial> link_trials(fc::emu::World& world, std::size_t bytes, int puts,
+                                   int trials) {
+  using fc::emu::WgContext;
+  using fc::emu::WgTask;
+  std::vector<Clock::time_point> sent(trials), copied(trials), got(trials);
+  std::vector<std::byte> src(bytes * puts, std::byte{1});
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = *world.state().ranks[comm.rank()];
+    const auto box = rk.alloc(bytes * puts, "box");
+    const int slot = rk.slots("delivered", 1);
+    for (int t = 0; t < trials; ++t) {
+      rk.begin_op();
+      rk.barrier("trial");
+      const std::uint64_t target = rk.expect(slot, comm.rank() == 1 ? 1 : 0);
+      rk.launch("transfer", 1, [&](WgContext& wg) -> WgTask {
+        if (wg.rank() == 0) {
+          sent[t] = Clock::now();
+          for (int i = 0; i < puts; ++i) wg.put(1, box, i * bytes, src.data() + i * bytes, bytes);
+          copied[t] = Clock::now();
+          wg.signal(1, slot, fc::emu::SignalOp::add, 1);
+        } else {
+          co_await wg.wait_until(slot, fc::emu::Cmp::ge, target);
+          got[t] = Clock::now();
+        }
+        co_return;
+      });
+    }
+  });
+  std::vector<LinkTrial> out;
+  for (int t = 0; t < trials; ++t) out.push_back({ms_between(sent[t], copied[t]), ms_between(sent[t], got[t])});
+  return out;
+}
+
+/// Runs the link cases; returns the exit status (1 when a judged median is more than 10% off).
+int link_bench(const Options& o) {
+  struct LinkCase {
+    double gbps, latency_us;
+    std::size_t bytes;
+    int puts;
+  };
+  const int trials = o.quick ? 2 : 15;
+  const std::size_t mib = std::size_t{1} << 20;
+  std::vector<LinkCase> cases = {{10, 0, 64 * mib, 1}, {1, 0, 64 * mib, 1}, {1, 5000, 4 * mib, 4}};
+  if (o.quick) cases = {{1, 0, 4 * mib, 1}, {1, 1000, mib, 4}};  // a smoke run: never judged
+  std::printf("fusedcoll %s emu bench --link: 2 virtual GPUs x 1 compute unit, %d trials per "
+              "case\n"
+              "delivery: first put issued -> rank 1 sees the signal; copy: the puts' host memcpy\n"
+              "judged: median delivery of the trials whose copy took < 90%% of the model's time\n\n",
+              fc::kVersion, trials);
+  std::printf("%-9s %-8s %-13s %9s | %9s %9s | %6s %9s %7s\n", "link", "latency", "puts",
+              "model ms", "delivery", "copy ms", "judged", "median", "off");
+  int status = 0;
+  for (const LinkCase& c : cases) {
+    fc::emu::World world({.world_size = 2, .device = {.compute_units = 1}, .timeout_s = 60,
+                          .link_gbps = c.gbps, .link_latency_us = c.latency_us});
+    const double model_ms =
+        static_cast<double>(c.bytes * c.puts) / (c.gbps * 1e9) * 1e3 + c.latency_us / 1e3;
+    std::vector<double> delivery, copy, fast;
+    for (const LinkTrial& t : link_trials(world, c.bytes, c.puts, trials)) {
+      delivery.push_back(t.delivery_ms);
+      copy.push_back(t.copy_ms);
+      if (t.copy_ms < 0.9 * model_ms) fast.push_back(t.delivery_ms);
+    }
+    char link[32], latency[32], puts[32];
+    std::snprintf(link, sizeof link, "%g GB/s", c.gbps);
+    std::snprintf(latency, sizeof latency, "%g us", c.latency_us);
+    std::snprintf(puts, sizeof puts, "%d x %zu KiB", c.puts, c.bytes >> 10);
+    std::printf("%-9s %-8s %-13s %9.2f | %9.2f %9.2f | %2zu/%-3d", link, latency, puts, model_ms,
+                quantile(delivery, 0.5), quantile(copy, 0.5), fast.size(), trials);
+    if (fast.size() < std::min<std::size_t>(3, static_cast<std::size_t>(trials))) {
+      std::printf(" %9s %7s  (copies too slow: this machine cannot show this link now)\n", "-",
+                  "-");
+    } else {
+      const double m = quantile(fast, 0.5), off = m / model_ms - 1;
+      std::printf(" %9.2f %+6.1f%%%s\n", m, 100 * off, std::abs(off) > 0.1 ? "  OFF BY > 10%" : "");
+      if (std::abs(off) > 0.1 && !o.quick) status = 1;
+    }
+    std::fflush(stdout);
+  }
+  return status;
+}
+
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [-g P] [-c C] [-n N] [-w W] [--op emb|gemv|gemm]... "
-      "[--size small|medium|large]... [--csv] [--quick] [--world-per-mode]\n"
+      "[--size small|medium|large]... [--csv] [--quick] [--world-per-mode] [--link]\n"
       "  Times EmbeddingAllToAll, GemvAllReduce and GemmAllToAll on the emulator (P virtual GPUs\n"
       "  of C compute units each), unfused vs fused scale_up and scale_out, after checking every\n"
       "  output bit for bit against ref/. Medians of N rounds; each round runs every mode once.\n"
       "  A compute unit is one worker-thread slot of a device's oneTBB arena: P x C threads in\n"
-      "  all, and at most 4 x C workgroups resident per device.\n",
+      "  all, and at most 4 x C workgroups resident per device.\n"
+      "  --link: the link model's delivery times against the wall clock instead.\n",
       argv0);
 }
 
@@ -374,6 +477,8 @@ int main(int argc, char** argv) {
       o.quick = true;
     else if (arg == "--world-per-mode")
       o.world_per_mode = true;
+    else if (arg == "--link")
+      o.link = true;
     else if (arg == "-h" || arg == "--help") {
       usage(argv[0]);
       return 0;
@@ -400,6 +505,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.link) return link_bench(o);
     if (o.csv) {
       std::printf(
           "op,size,shape,mode,median_ms,q1_ms,q3_ms,min_ms,max_ms,ratio_of_medians,"
