@@ -330,6 +330,58 @@ TEST(MnistGradCheck, WholeNetworkWithDropout) {
       check_gradient(loss, params.data(), grads.data(), net.parameters(), "net params", which));
 }
 
+// `--hidden` widens fc1/fc2 only: 5,290 + 331 x H parameters, with fc1 and fc2 at offsets that
+// follow H. A gradient check of a width other than 50 catches an offset or a layout that assumed
+// the lab's width.
+TEST(MnistGradCheck, WiderHiddenLayer) {
+  EXPECT_EQ(mn::Net<D>(0.5, 1).parameters(), 5290 + 331);
+  EXPECT_EQ(mn::Net<D>(0.5, 4096).parameters(), 1361066);
+  const int hidden = 7;
+  mn::Net<D> net(0.5, hidden);
+  ASSERT_EQ(net.parameters(), 5290 + 331 * hidden);
+  std::vector<D> params = net.initial_parameters(31);
+  mn::Rng rng(32);
+  const MatD images = random_matrix(784, 2, rng, 2);
+  const std::vector<int> labels = {3, 8};
+  std::vector<D> grads(params.size(), 0.0);
+  {
+    mn::Rng masks(98);
+    net.loss_and_gradient(images, labels, params.data(), grads.data(), masks);
+  }
+  const auto loss = [&] {
+    mn::Net<D> probe(0.5, hidden);
+    mn::Rng masks(98);
+    return mn::nll_loss(probe.forward(images, params.data(), &masks), labels, nullptr);
+  };
+  // Tensor boundaries: conv2 b, fc1 W, b, fc2 W, b (fc1 and fc2 are where the width moves the
+  // offsets); the first, last and 16 random entries of each.
+  const std::vector<std::int64_t> bounds = {5260, 5280, 5280 + 320 * hidden, 5280 + 321 * hidden,
+                                            5280 + 331 * hidden, 5290 + 331 * hidden};
+  std::vector<std::int64_t> which;
+  mn::Rng pick(33);
+  for (std::size_t t = 0; t + 1 < bounds.size(); ++t) {
+    which.push_back(bounds[t]);
+    which.push_back(bounds[t + 1] - 1);
+    for (int i = 0; i < 16; ++i)
+      which.push_back(bounds[t] + static_cast<std::int64_t>(pick.below(
+                                      static_cast<std::uint64_t>(bounds[t + 1] - bounds[t]))));
+  }
+  expect_no_failures(
+      check_gradient(loss, params.data(), grads.data(), net.parameters(), "net params", which));
+}
+
+TEST(MnistModel, RejectsAHiddenWidthOutOfRange) {
+  for (const int h : {0, -1, mn::Net<float>::kMaxHidden + 1}) {
+    try {
+      mn::Net<float> net(0.5, h);
+      ADD_FAILURE() << "hidden " << h << " was accepted";
+    } catch (const fusedcoll::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--hidden must be in [1, 65536]"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(MnistModel, EvaluationModeIsDeterministicAndTrainingModeUsesTheMasks) {
   mn::Net<D> net(0.5);
   const std::vector<D> params = net.initial_parameters(21);

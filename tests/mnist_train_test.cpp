@@ -228,6 +228,29 @@ TEST(MnistTrain, DeterministicForSeedAndWorkers) {
   }
 }
 
+// `TrainOptions::hidden` reaches the network (parameters, bytes per step) and the epoch's time is
+// split into compute and gradient exchange.
+TEST(MnistTrain, HiddenWidthSetsTheGradientAndTheStepIsTimed) {
+  const auto train = synthetic(128, 7);
+  const auto test = synthetic(32, 8);
+  mn::TrainOptions o;
+  o.workers = 2;
+  o.epochs = 1;
+  o.batch_size = 16;
+  o.hidden = 200;
+  o.progress = false;
+  const auto r = mn::train(train, test, o, nullptr);
+  EXPECT_EQ(r.parameters, 5290 + 331 * 200);
+  EXPECT_EQ(r.bytes_per_step, r.parameters * 4);  // 2 (P-1)/P of the f32 buffer, P = 2
+  ASSERT_EQ(r.epochs.size(), 1u);
+  const auto& e = r.epochs[0];
+  EXPECT_GT(e.compute_seconds, 0);
+  EXPECT_GT(e.exchange_seconds, 0);
+  EXPECT_LE(e.compute_seconds + e.exchange_seconds, e.train_seconds);
+  o.hidden = 0;
+  EXPECT_INVALID(mn::train(train, test, o, nullptr), "--hidden");
+}
+
 TEST(MnistTrain, RejectsBadOptions) {
   const auto train = synthetic(8, 5);
   const auto test = synthetic(4, 6);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "examples/mnist/idx.hpp"
+#include "examples/mnist/model.hpp"
 #include "examples/mnist/trainer.hpp"
 #ifdef FUSEDCOLL_MNIST_HAVE_MPI
 #include "fusedcoll/mpi.hpp"
@@ -32,6 +33,8 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --workers P             data-parallel workers, >= 1 [1]
   --epochs N              [10]
   --batch-size B          per worker [64]
+  --hidden H              width of the fc layer, 320->H->10, in [1, 65536]: 5,290 + 331 x H
+                          parameters (the gradient each step exchanges) [50, the lab's]
   --lr X                  learning rate per worker; the step uses X * workers [0.01]
   --momentum M            SGD momentum [0.5]
   --seed S                initial weights, shuffles and dropout masks [42]
@@ -111,6 +114,11 @@ int run(int argc, char** argv) {
       options.epochs = parse_positive_int(flag, value());
     } else if (flag == "--batch-size") {
       options.batch_size = parse_positive_int(flag, value());
+    } else if (flag == "--hidden") {
+      const long long h = parse_int(flag, value());
+      FC_ENFORCE(h >= 1 && h <= mn::Net<float>::kMaxHidden, "--hidden must be in [1, ",
+                 mn::Net<float>::kMaxHidden, "], got ", h);
+      options.hidden = static_cast<int>(h);
     } else if (flag == "--test-batch-size") {
       options.test_batch_size = parse_positive_int(flag, value());
     } else if (flag == "--lr") {
@@ -163,7 +171,8 @@ int run(int argc, char** argv) {
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm.rank() == 0)
-        std::cout << "workers " << comm.size() << " (MPI processes)  epochs " << r.epochs.size()
+        std::cout << "workers " << comm.size() << " (MPI processes)  parameters " << r.parameters
+                  << "  batch " << options.batch_size << "  epochs " << r.epochs.size()
                   << "  test accuracy " << 100 * r.epochs.back().test_accuracy
                   << "%  training time " << r.train_seconds << " s  wall time " << wall
                   << " s (with evaluation)  gradient bytes sent per step (rank 0) "
@@ -185,7 +194,8 @@ int run(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   const mn::TrainResult r = mn::train(train, test, options, &std::cerr);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "workers " << options.workers << "  epochs " << r.epochs.size() << "  test accuracy "
+  std::cout << "workers " << options.workers << "  parameters " << r.parameters << "  batch "
+            << options.batch_size << "  epochs " << r.epochs.size() << "  test accuracy "
             << 100 * r.epochs.back().test_accuracy << "%  training time " << r.train_seconds
             << " s  wall time " << wall
             << " s (with evaluation)  gradient bytes sent per step (rank 0) " << r.bytes_per_step

@@ -283,7 +283,7 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
   const int world = comm.size();
   if (rank != 0) log = nullptr;
 
-  Net<float> net;
+  Net<float> net(0.5, options.hidden);
   const auto n_params = net.parameters();
   std::vector<float> params(static_cast<std::size_t>(n_params), 0.0f);
   if (rank == 0) params = net.initial_parameters(options.seed);
@@ -315,16 +315,22 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
                     options.epochs, shard_len * world);
     const auto t0 = Clock::now();
     double loss_sum = 0;
+    double compute_seconds = 0;
+    double exchange_seconds = 0;
     for (std::int64_t step = 0; step < result.steps_per_epoch; ++step) {
       const std::int64_t begin = step * options.batch_size;
       const std::int64_t count = std::min<std::int64_t>(options.batch_size, shard_len - begin);
       const Mat<float> x = gather_images(train, shard.data() + begin, count, labels);
       std::fill(grads.begin(), grads.end(), 0.0f);
+      const auto t_compute = Clock::now();
       const float loss = net.loss_and_gradient(x, labels, params.data(), grads.data(), dropout_rng);
+      compute_seconds += seconds_since(t_compute);
       FC_ENFORCE(std::isfinite(loss), "training diverged: loss ", loss, " at epoch ", epoch + 1,
                  " step ", step, " (try a smaller --lr)");
       loss_sum += loss;
+      const auto t_exchange = Clock::now();
       exchange_gradients(comm, grads, options.exchange, &feedback);
+      exchange_seconds += seconds_since(t_exchange);
       // PyTorch's SGD with momentum: v = m v + g; p -= lr v.
       for (std::size_t i = 0; i < params.size(); ++i) {
         velocity[i] = momentum * velocity[i] + grads[i];
@@ -336,6 +342,8 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
     EpochStats stats;
     stats.epoch = epoch + 1;
     stats.train_seconds = seconds_since(t0);
+    stats.compute_seconds = compute_seconds;
+    stats.exchange_seconds = exchange_seconds;
     stats.samples_per_second = static_cast<double>(shard_len * world) / stats.train_seconds;
     float mean_loss = static_cast<float>(loss_sum / static_cast<double>(result.steps_per_epoch));
     all_reduce_in_place(comm, &mean_loss, 1, ReduceOp::avg);
@@ -350,7 +358,9 @@ TrainResult train_rank(Communicator& comm, const Dataset& train, const Dataset& 
            << stats.train_loss << ", test loss " << stats.test_loss << ", test accuracy "
            << std::setprecision(2) << 100 * stats.test_accuracy << "% ("
            << static_cast<std::int64_t>(std::lround(stats.test_accuracy * test.size())) << "/"
-           << test.size() << "), " << std::setprecision(2) << stats.train_seconds << " s\n"
+           << test.size() << "), " << std::setprecision(2) << stats.train_seconds
+           << " s (rank 0: compute " << std::setprecision(3) << stats.compute_seconds
+           << " s, gradient exchange " << stats.exchange_seconds << " s)\n"
            << std::defaultfloat << std::flush;
   }
   result.final_parameters = std::move(params);

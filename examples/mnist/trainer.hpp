@@ -60,6 +60,7 @@ struct TrainOptions {
   int workers = 1;
   int epochs = 10;
   int batch_size = 64;  ///< per worker
+  int hidden = 50;      ///< width of the fc layer (320->hidden->10); 50 is the lab's network
   double lr = 0.01;     ///< per worker: the step size is lr x workers (Horovod's rule)
   double momentum = 0.5;
   std::uint64_t seed = 42;
@@ -75,6 +76,11 @@ struct EpochStats {
   double test_loss = 0;
   double test_accuracy = 0;  ///< fraction in [0, 1]
   double train_seconds = 0;  ///< wall time of the epoch's training steps (no evaluation)
+  /// This rank's split of `train_seconds`: forward + backward, and `exchange_gradients` (the
+  /// AllReduce with its codec, including any wait for a slower peer to arrive). The remainder is
+  /// batch gathering and the SGD update.
+  double compute_seconds = 0;
+  double exchange_seconds = 0;
   double samples_per_second = 0;
 };
 
