@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <type_traits>
 #include <variant>
 
@@ -18,7 +19,7 @@ const char* const kUsage = R"(usage: fusedcoll-perf <op> [flags]
 ops:   allreduce alltoall reducescatter allgather broadcast   (collectives)
        embedding gemv gemm                                     (fused vs unfused)
 flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
-       -e BYTES   largest size (default 64M, fused ops 16M)
+       -e BYTES   largest size (default 64M, embedding and gemm 16M, gemv 1M)
        -f FACTOR  size multiplier per step (default 4)
        -n N       timed iterations per size (default 20; mpi: rounds)
        -w N       warm-up iterations per size (default 5; mpi: rounds)
@@ -182,7 +183,9 @@ Options parse(int argc, char** argv) {
     else usage_error("unknown flag '" + a + "'");
   }
   if (o.min_bytes < 0) o.min_bytes = is_fused(o.op) ? 64 << 10 : 1 << 10;
-  if (o.max_bytes < 0) o.max_bytes = is_fused(o.op) ? 16 << 20 : 64 << 20;
+  // GemvAllReduce keeps the transformer's K = 11008 and grows N with the size: its weights are
+  // 2752 x the output, 2.9 GB in all at 1M (N = 65536); 16M would need 46 GB.
+  if (o.max_bytes < 0) o.max_bytes = o.op == "gemv" ? 1 << 20 : is_fused(o.op) ? 16 << 20 : 64 << 20;
   if (o.max_bytes < o.min_bytes) usage_error("-e is smaller than -b");
   if (o.clock == "virtual" || !o.preset.empty()) {
     if (o.backend != "emu") usage_error("--clock virtual / --preset: the emulator's (emu only)");
@@ -233,6 +236,36 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+namespace {
+
+/// MemAvailable of /proc/meminfo in bytes, or -1 where there is none.
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void require_memory(const Options& o, double bytes, const std::string& what) {
+  const double need = bytes * std::max(1, o.processes_per_host);
+  const double available = available_memory();
+  if (available < 0 || need <= available) return;
+  throw fc::InvalidArgument(fc::detail::make_string(
+      "fusedcoll-perf ", o.op, ": ", what, " needs at least ", std::llround(need),
+      " bytes of host memory (", std::round(need / 1e8) / 10, " GB",
+      o.processes_per_host > 1
+          ? fc::detail::make_string(": ", o.processes_per_host,
+                                    " processes on this host, each building every rank's inputs")
+          : std::string(),
+      "), but ", std::llround(available), " bytes are available (MemAvailable); use a smaller -e"));
 }
 
 std::vector<std::int64_t> sweep(const Options& o) {
@@ -487,6 +520,21 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
     };
   }
   c.bytes = c.count * 4;
+  {
+    // Every rank's buffers; the check's expected outputs (and, lossy, the exact ones); the
+    // baselines' check, a second case on integer inputs with its expected outputs.
+    double send_total = 0, recv_total = 0;
+    for (int r = 0; r < P; ++r) {
+      send_total += static_cast<double>(o.op == "allgather" ? pieces[r] : send_elems);
+      recv_total += static_cast<double>(o.op == "reducescatter" ? pieces[r] : recv_elems);
+    }
+    double floats = send_total + recv_total;
+    if (o.check) floats += recv_total * (o.wire.format != fc::WireFormat::none ? 2 : 1);
+    if (o.check && o.backend != "emu") floats += send_total + 2 * recv_total;
+    require_memory(o, 4 * floats,
+                   fc::detail::make_string("size ", c.bytes, " on ", P, " ranks (every rank's "
+                                           "buffers and the check's copies)"));
+  }
   c.send.resize(P);
   c.recv.resize(P);
   for (int r = 0; r < P; ++r) {
@@ -580,6 +628,18 @@ FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes) {
     // Output per rank: batch x T x D floats.
     const std::int64_t per_sample = p.num_tables() * p.dim * 4;
     p.batch_sizes.assign(P, std::max<std::int64_t>(1, bytes / per_sample));
+    // Tables, every table's bags over the global batch (indices at most max_bag per sample, and
+    // offsets), and the outputs, twice when checked (ref/'s copy).
+    double rows = 0;
+    for (auto r : p.table_rows) rows += static_cast<double>(r);
+    const double samples = static_cast<double>(p.global_batch());
+    const double tables = static_cast<double>(p.num_tables());
+    const double dim = static_cast<double>(p.dim);
+    require_memory(o,
+                   4 * rows * dim + 8 * tables * samples * static_cast<double>(p.max_bag + 1) +
+                       4 * samples * tables * dim * (o.check ? 2 : 1),
+                   fc::detail::make_string("size ", bytes, " (T=", p.num_tables(), " D=", p.dim,
+                                           " B=", p.global_batch(), ")"));
     return make_fused(
         fc::detail::make_string("T=", p.num_tables(), " D=", p.dim, " B=", p.global_batch()), p,
         [](std::vector<fc::EmbeddingAllToAllArgs>& a) { fc::ref::embedding_alltoall(a); },
@@ -592,6 +652,12 @@ FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes) {
     auto p = fc::GemvProblem::transformer(P);
     // Output: M x N floats; K stays the transformer's.
     p.n = std::max<std::int64_t>(1, bytes / (p.m * 4));
+    // W (N x K) and x (M x K) split over the ranks, each rank's y (M x N), twice when checked.
+    const double m_ = static_cast<double>(p.m), n_ = static_cast<double>(p.n);
+    const double k_ = static_cast<double>(p.k());
+    require_memory(o, 4 * (n_ * k_ + m_ * k_ + P * m_ * n_ * (o.check ? 2 : 1)),
+                   fc::detail::make_string("size ", bytes, " (M=", p.m, " N=", p.n, " K=", p.k(),
+                                           ": every rank's weights, inputs and outputs)"));
     return make_fused(
         fc::detail::make_string("M=", p.m, " N=", p.n, " K=", p.k()), p,
         [](std::vector<fc::GemvAllReduceArgs>& a) { fc::ref::gemv_allreduce(a); },
@@ -607,6 +673,13 @@ FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes) {
   p.random_routing(std::max<std::int64_t>(1, 2 * rows / p.num_experts()));
   std::int64_t total = 0;
   for (auto c : p.counts) total += c;
+  // Every expert's weights (K x N) and routed rows (K each), the outputs (N per row), twice when
+  // checked.
+  const double e_ = static_cast<double>(p.num_experts()), rows_ = static_cast<double>(total);
+  const double k_ = static_cast<double>(p.k), n_ = static_cast<double>(p.n);
+  require_memory(o, 4 * (e_ * k_ * n_ + rows_ * k_ + rows_ * n_ * (o.check ? 2 : 1)),
+                 fc::detail::make_string("size ", bytes, " (E=", p.num_experts(), " K=", p.k,
+                                         " N=", p.n, " rows=", total, ")"));
   return make_fused(
       fc::detail::make_string("E=", p.num_experts(), " K=", p.k, " N=", p.n, " rows=", total), p,
       [](std::vector<fc::GemmAllToAllArgs>& a) { fc::ref::gemm_alltoall(a); },

@@ -35,6 +35,9 @@ struct Options {
   bool symmetric = false;  // --symmetric (mpi): receive buffers / outputs in SymmetricBuffers
   std::string clock = "wall";  // --clock (emu): wall or virtual
   std::string preset;          // --preset (virtual): name or path; empty = FUSEDCOLL_PRESET
+  // Not a flag: the processes on this host that each build every rank's inputs (mpi: the ranks
+  // on the node), for the memory check of make_collective / make_fused_case.
+  int processes_per_host = 1;
   enum class Format { table, csv, json } format = Format::table;
 };
 
@@ -127,12 +130,18 @@ struct CollectiveCase {
   std::int64_t per_peer = 0;         // All-to-All: elements to each peer
 };
 
+/// Throws `fc::InvalidArgument` naming `what`, the bytes it needs and the bytes available when
+/// `bytes` per process, times `o.processes_per_host`, exceed the host's available memory
+/// (MemAvailable): a clear error where the allocation would otherwise succeed (overcommit) and
+/// the process be killed once it touches the memory. Where that figure is unknown, does nothing.
+void require_memory(const Options& o, double bytes, const std::string& what);
+
 /// The size of a collective row: `b` rounded down to a multiple of 4 * P bytes (at least that),
 /// so that every rank's piece is whole elements.
 std::int64_t collective_bytes(std::int64_t b, int ranks);
 
 /// The case of `o.op` at `bytes` over `ranks` ranks, inputs drawn in `values` mode. On the heap:
-/// its closures refer to its buffers.
+/// its closures refer to its buffers. Checks first that its buffers fit (`require_memory`).
 std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std::int64_t bytes,
                                                 fc::ValueMode values = fc::ValueMode::random);
 
@@ -157,6 +166,8 @@ struct FusedCase {
   std::function<std::vector<std::vector<float>*>()> outputs;  // per rank
 };
 
+/// The case of fused `o.op` whose output per rank is about `bytes`, after checking that every
+/// rank's inputs and outputs fit (`require_memory`).
 FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes);
 
 /// Runs ref/ into every rank's output and returns copies of them (the expected outputs).

@@ -287,6 +287,11 @@ int run_mpi(const Options& given, int argc, char** argv) {
           return;
         }
         o.ranks = P;
+        // Every process builds every rank's inputs: the memory check counts this host's.
+        MPI_Comm node = MPI_COMM_NULL;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_size(node, &o.processes_per_host);
+        MPI_Comm_free(&node);
         const std::string setup = fc::detail::make_string(
             "one MPI process each (", library_version(), ")",
             o.symmetric ? ", receive buffers / outputs in SymmetricBuffers" : "", ", workgroups ",
