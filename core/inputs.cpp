@@ -132,6 +132,13 @@ EmbeddingProblem EmbeddingProblem::dlrm(int world_size) {
   return p;
 }
 
+std::int64_t EmbeddingProblem::bag_length(std::int64_t table, std::int64_t sample) const {
+  const auto span = static_cast<std::uint64_t>(max_bag - min_bag + 1);
+  return min_bag + static_cast<std::int64_t>(hash_draw(seed, kBagLength, static_cast<std::uint64_t>(table),
+                                                       static_cast<std::uint64_t>(sample)) %
+                                             span);
+}
+
 std::int64_t EmbeddingProblem::global_batch() const {
   std::int64_t b = 0;
   for (auto x : batch_sizes) b += x;
@@ -151,7 +158,6 @@ EmbeddingRankData::EmbeddingRankData(const EmbeddingProblem& problem, int r)
   const std::uint64_t seed = problem.seed;
   const std::int64_t dim = problem.dim;
   const std::int64_t global_batch = problem.global_batch();
-  const auto span = static_cast<std::uint64_t>(problem.max_bag - problem.min_bag + 1);
   for (int t = 0; t < problem.num_tables(); ++t) {
     if (problem.owner[t] != r) continue;
     local_table_ids.push_back(t);
@@ -166,8 +172,7 @@ EmbeddingRankData::EmbeddingRankData(const EmbeddingProblem& problem, int r)
     std::vector<std::int64_t> offsets{0}, indices;
     std::vector<float> w;
     for (std::int64_t b = 0; b < global_batch; ++b) {
-      const auto len = static_cast<std::int64_t>(problem.min_bag +
-                                                 hash_draw(seed, kBagLength, t, b) % span);
+      const std::int64_t len = problem.bag_length(t, b);
       for (std::int64_t j = 0; j < len; ++j) {
         const auto pos = static_cast<std::uint64_t>(offsets.back() + j);
         indices.push_back(static_cast<std::int64_t>(hash_draw(seed, kBagIndex, t, pos) %

@@ -66,25 +66,4 @@ struct Estimate {
 Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
                     bool fused);
 
-// --- Single operators (fusedcoll-sim op) ------------------------------------------------------
-
-/// EmbeddingAllToAll: T tables of `dim`, table t on rank t mod P, `pooling` indices per bag.
-struct EmbeddingOp {
-  std::int64_t tables = 26, dim = 128, global_batch = 65536, pooling = 1;
-};
-Program embedding_program(const EmbeddingOp& op, const Cluster& c, int rank, bool fused);
-
-/// GemmAllToAll (MoE): E experts on ranks round-robin, every rank routes `tokens` rows evenly to
-/// the experts, each expert multiplies by its k x n weight; the plan of detail/gemm_plan.hpp.
-struct GemmOp {
-  std::int64_t experts = 0, tokens = 4096, k = 1024, n = 1024;
-};
-Program gemm_program(const GemmOp& op, const Cluster& c, int rank, bool fused);
-
-/// GemvAllReduce: y = x W with W's k rows split over the ranks, AllReduce of the m x n result.
-struct GemvOp {
-  std::int64_t m = 1, k = 8192, n = 8192;
-};
-Program gemv_program(const GemvOp& op, const Cluster& c, int rank, bool fused);
-
 }  // namespace fusedcoll::sim

@@ -14,6 +14,7 @@
 
 #include "fusedcoll/error.hpp"
 #include "sim/dlrm.hpp"
+#include "sim/ops.hpp"
 #include "sim/sim.hpp"
 
 namespace fc = fusedcoll;
@@ -31,9 +32,10 @@ cluster:  --preset NAME|FILE (mi250x)  --nodes N[,N...] (dlrm: 8,16,32,64,128; o
           --network-model M (CM02)  --precision-us U (1): SimGrid's time precision
 dlrm:     --sharding auto|table|column|row (auto)  --one-hot  --fuse-backward
           --batch B (65536)  --csv FILE
-op:       embedding: --tables T (26) --dim D (128) --batch B (65536) --pooling L (1)
+op:       embedding: --tables T (26) --dim D (128) --batch B (65536) --bags L|MIN-MAX (1)
           gemm: --experts E (ranks) --tokens T (4096) --k K (1024) --n N (1024)
           gemv: --m M (1) --k K (8192) --n N (8192)
+          --perf-bytes B: instead, the problem fusedcoll-perf OP runs at size B
 )";
 
 struct Args {
@@ -179,43 +181,72 @@ int dlrm(const Args& a) {
 int op(const Args& a) {
   if (a.pos.size() < 2) throw fc::InvalidArgument("op: which operator? embedding, gemm or gemv");
   const std::string which = a.pos[1];
+  if (which != "embedding" && which != "gemm" && which != "gemv")
+    throw fc::InvalidArgument("op: unknown operator '" + which + "' (embedding, gemm or gemv)");
   const sim::Options o = options(a);
+  const bool perf = a.kv.count("perf-bytes") > 0;
+  const auto perf_bytes = static_cast<std::int64_t>(num(a, "perf-bytes", 0));
   for (int n : nodes_list(a, "2")) {
     const sim::Cluster c = cluster(a, n);
-    std::function<sim::Program(int, bool)> prog;
+    const int P = c.ranks();
+    std::function<sim::Program(int, fc::Mode)> prog;
     if (which == "embedding") {
-      sim::EmbeddingOp e;
-      e.tables = static_cast<std::int64_t>(num(a, "tables", 26));
-      e.dim = static_cast<std::int64_t>(num(a, "dim", 128));
-      e.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
-      e.pooling = static_cast<std::int64_t>(num(a, "pooling", 1));
-      prog = [e, c](int r, bool f) { return sim::embedding_program(e, c, r, f); };
+      fc::EmbeddingProblem pb;
+      if (perf) {
+        pb = sim::perf_embedding(P, perf_bytes);
+      } else {
+        sim::EmbeddingOp e;
+        e.tables = static_cast<std::int64_t>(num(a, "tables", 26));
+        e.dim = static_cast<std::int64_t>(num(a, "dim", 128));
+        e.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
+        const std::string bags = get(a, "bags", get(a, "pooling", "1"));
+        const auto dash = bags.find('-');
+        char* end = nullptr;
+        e.min_bag = std::strtol(bags.c_str(), &end, 10);
+        e.max_bag = dash == std::string::npos ? e.min_bag : std::strtol(bags.c_str() + dash + 1, &end, 10);
+        if (end == bags.c_str() || *end != '\0')
+          throw fc::InvalidArgument("--bags '" + bags + "': L or MIN-MAX lookups per bag");
+        pb = sim::embedding_problem(e, P);
+      }
+      prog = [pb, c](int r, fc::Mode m) { return sim::embedding_program(pb, c, r, m); };
     } else if (which == "gemm") {
-      sim::GemmOp g;
-      g.experts = static_cast<std::int64_t>(num(a, "experts", 0));
-      g.tokens = static_cast<std::int64_t>(num(a, "tokens", 4096));
-      g.k = static_cast<std::int64_t>(num(a, "k", 1024));
-      g.n = static_cast<std::int64_t>(num(a, "n", 1024));
-      prog = [g, c](int r, bool f) { return sim::gemm_program(g, c, r, f); };
-    } else if (which == "gemv") {
-      sim::GemvOp g;
-      g.m = static_cast<std::int64_t>(num(a, "m", 1));
-      g.k = static_cast<std::int64_t>(num(a, "k", 8192));
-      g.n = static_cast<std::int64_t>(num(a, "n", 8192));
-      prog = [g, c](int r, bool f) { return sim::gemv_program(g, c, r, f); };
+      fc::GemmProblem pb;
+      if (perf) {
+        pb = sim::perf_gemm(P, perf_bytes);
+      } else {
+        sim::GemmOp g;
+        g.experts = static_cast<std::int64_t>(num(a, "experts", 0));
+        g.tokens = static_cast<std::int64_t>(num(a, "tokens", 4096));
+        g.k = static_cast<std::int64_t>(num(a, "k", 1024));
+        g.n = static_cast<std::int64_t>(num(a, "n", 1024));
+        pb = sim::gemm_problem(g, P);
+      }
+      prog = [pb, c](int r, fc::Mode m) { return sim::gemm_program(pb, c, r, m); };
     } else {
-      throw fc::InvalidArgument("op: unknown operator '" + which + "' (embedding, gemm or gemv)");
+      fc::GemvProblem pb;
+      if (perf) {
+        pb = sim::perf_gemv(P, perf_bytes);
+      } else {
+        sim::GemvOp g;
+        g.m = static_cast<std::int64_t>(num(a, "m", 1));
+        g.k = static_cast<std::int64_t>(num(a, "k", 8192));
+        g.n = static_cast<std::int64_t>(num(a, "n", 8192));
+        pb = sim::gemv_problem(g, P);
+      }
+      prog = [pb, c](int r, fc::Mode m) { return sim::gemv_program(pb, c, r, m); };
     }
-    prog(0, false);  // bad arguments are reported here, before forking
-    sim::Result res[2];
-    for (int f = 0; f < 2; ++f)
+    prog(0, fc::Mode::unfused);  // bad arguments are reported here, before forking
+    const fc::Mode modes[] = {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out};
+    sim::Result res[3];
+    for (int f = 0; f < 3; ++f)
       res[f] = sim::run_isolated([&] {
-        return sim::simulate(c, [&](int r) { return prog(r, f == 1); }, o);
+        return sim::simulate(c, [&](int r) { return prog(r, modes[f]); }, o);
       });
-    std::printf("%s on %d nodes x %d (%s): baseline %.1f us (compute %.1f), fused %.1f us (compute %.1f): %.1f%% less\n",
+    std::printf("%s on %d nodes x %d (%s): unfused %.1f us, scale_up %.1f us, scale_out %.1f us "
+                "(up/unf %.3f, out/unf %.3f)\n",
                 which.c_str(), n, c.preset.links.gpus_per_node, c.preset.name.c_str(),
-                res[0].iteration * 1e6, res[0].compute * 1e6, res[1].iteration * 1e6,
-                res[1].compute * 1e6, 100 * (1 - res[1].iteration / res[0].iteration));
+                res[0].iteration * 1e6, res[1].iteration * 1e6, res[2].iteration * 1e6,
+                res[1].iteration / res[0].iteration, res[2].iteration / res[0].iteration);
   }
   return 0;
 }

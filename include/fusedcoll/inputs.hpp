@@ -77,6 +77,9 @@ struct EmbeddingProblem {
   static EmbeddingProblem dlrm(int world_size);
   std::int64_t num_tables() const { return static_cast<std::int64_t>(owner.size()); }
   std::int64_t global_batch() const;
+  /// The length of bag `sample` (a global sample id) of table `table`, as the generator draws
+  /// it: what the simulator prices without building the tables (sim/ops.cpp).
+  std::int64_t bag_length(std::int64_t table, std::int64_t sample) const;
 };
 
 /// One rank's inputs and output buffer; `args()` returns views into them (the views stay valid

@@ -1,0 +1,403 @@
+// The operators as simulator programs (sim/ops.hpp), each mode priced as the emulator's kernel of
+// that mode runs: a persistent kernel of grid = min(work, resident workgroups) takes tiles
+// w, w + grid, ... on workgroup w, which runs on compute unit w mod CUs; a CU runs its tiles in
+// tile order, each for the cost model's seconds of the tile's work. Copies and reductions after
+// the data landed are priced per workgroup the same way (the busiest CU's sum), not spread over
+// the device: a kernel whose copy falls to few workgroups is that slow in the emulator too.
+#include "sim/ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "fusedcoll/detail/embedding_plan.hpp"
+#include "fusedcoll/detail/gemm_plan.hpp"
+#include "fusedcoll/detail/gemv_plan.hpp"
+#include "fusedcoll/detail/schedule.hpp"
+#include "fusedcoll/error.hpp"
+
+namespace fusedcoll::sim {
+namespace {
+
+int cus(const Cluster& c) { return c.preset.device.compute_units; }
+double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
+
+/// The emulator's `grid_for`: one workgroup per work item up to the device's resident limit.
+int grid_for(const Cluster& c, std::size_t work) {
+  const auto resident =
+      static_cast<std::size_t>(c.preset.device.resident_wgs_per_cu) * static_cast<std::size_t>(cus(c));
+  return static_cast<int>(std::clamp<std::size_t>(work, 1, resident));
+}
+
+/// A persistent kernel's items in order: item i on workgroup i mod grid, on CU (i mod grid) mod
+/// CUs. `end[i]` is item i's end from the kernel's first workgroup start.
+struct Grid {
+  std::vector<double> cu;
+  std::vector<double> end;
+  int grid = 1;
+  Grid(const Cluster& c, int g) : cu(static_cast<std::size_t>(cus(c)), 0.0), grid(g) {}
+  double run(std::size_t i, double seconds) {
+    double& t = cu[(i % static_cast<std::size_t>(grid)) % cu.size()];
+    t += seconds;
+    end.push_back(t);
+    return t;
+  }
+  /// Work of workgroup w (every item of w at once), for the copies after a wait.
+  void run_wg(int w, double seconds) { cu[static_cast<std::size_t>(w) % cu.size()] += seconds; }
+  double makespan() const { return *std::max_element(cu.begin(), cu.end()); }
+};
+
+Step compute_step(const std::string& phase, double s) {
+  Step st;
+  st.kind = Step::compute;
+  st.phase = phase;
+  st.seconds = s;
+  return st;
+}
+
+Step exchange_step(const std::string& phase) {
+  Step st;
+  st.kind = Step::exchange;
+  st.phase = phase;
+  return st;
+}
+
+/// The emulator's `rows_of`: rows first, first + step, ... of a batch of `batch`.
+std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) {
+  return first < batch ? (batch - first + step - 1) / step : 0;
+}
+
+double secs(const Cluster& c, const model::Work& w) { return model::seconds(c.preset, w); }
+
+void check_ranks(int world_size, const Cluster& c, const char* op) {
+  if (world_size != c.ranks())
+    throw InvalidArgument(std::string("op ") + op + ": the problem has " + std::to_string(world_size) +
+                          " ranks, the cluster " + std::to_string(c.ranks()));
+}
+
+}  // namespace
+
+// --- EmbeddingAllToAll (emu/embedding_alltoall.cpp) ---------------------------------------------
+
+Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank, Mode mode) {
+  using namespace detail::embedding;
+  check_ranks(pb.world_size, c, "embedding");
+  EmbeddingAllToAllArgs a;
+  a.dim = pb.dim;
+  a.owner = pb.owner;
+  a.batch_sizes = pb.batch_sizes;
+  a.pooling = pb.pooling;
+  const Plan pl(a, rank, c.ranks());
+  const int P = pl.P, me = pl.me;
+  const std::int64_t D = pl.D;
+  const int index_bytes = pb.index_dtype == DType::i64 ? 8 : 4;
+  // The pool of bags [b0, b1) (global ids) of local table k: the bags' own lengths.
+  auto pool = [&](int k, std::int64_t b0, std::int64_t b1) {
+    const std::int64_t t = pl.ids[static_cast<std::size_t>(me)][static_cast<std::size_t>(k)];
+    std::int64_t rows = 0;
+    for (std::int64_t b = b0; b < b1; ++b) rows += pb.bag_length(t, b);
+    return secs(c, model::embedding(rows, b1 - b0, D, index_bytes, pb.weighted));
+  };
+  Program prog;
+  if (mode == Mode::unfused) {
+    // Kernel 1 pools every local bag; kernel 2 puts every block, then unpacks all P blocks.
+    const std::vector<Tile> tiles = pl.unfused_tiles();
+    Grid k1(c, grid_for(c, tiles.size()));
+    for (std::size_t i = 0; i < tiles.size(); ++i) k1.run(i, pool(tiles[i].k, tiles[i].i0, tiles[i].i1));
+    prog.push_back(compute_step("embedding_alltoall", launch(c) + k1.makespan()));
+    Step x = exchange_step("embedding_alltoall");
+    x.seconds = launch(c);
+    for (int q = 0; q < P; ++q)
+      if (q != me) x.sends.push_back({launch(c), q, pl.slice_floats(me, q) * 4});
+    const int g = grid_for(c, static_cast<std::size_t>(P));
+    Grid k2(c, g);
+    for (int w = 0; w < g; ++w)
+      k2.run_wg(w, secs(c, model::copy(rows_of(pl.batch[me], w, g) * pl.T * D * 4)));
+    x.after = k2.makespan();
+    prog.push_back(std::move(x));
+    return prog;
+  }
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int g = grid_for(c, tiles.size());
+  Grid k(c, g);
+  Step x = exchange_step("embedding_alltoall");
+  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const Tile& t = tiles[i];
+    const double end = launch(c) + k.run(i, pool(t.k, pl.start[t.q] + t.i0, pl.start[t.q] + t.i1));
+    if (t.q == me) continue;
+    if (mode == Mode::scale_up)  // the tile's rows stored straight into q's output
+      x.sends.push_back({end, t.q, (t.i1 - t.i0) * D * 4});
+    else
+      slice_end[static_cast<std::size_t>(t.q)] = std::max(slice_end[static_cast<std::size_t>(t.q)], end);
+  }
+  x.seconds = launch(c) + k.makespan();
+  if (mode == Mode::scale_out) {
+    // The slice leaves with its last tile; every workgroup unpacks its rows of each slice.
+    std::int64_t remote_tables = 0;
+    for (int q = 0; q < P; ++q) {
+      if (q == me) continue;
+      if (pl.tiles(me, q) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, pl.slice_floats(me, q) * 4});
+      if (pl.tiles(q, me) > 0) remote_tables += pl.tp[static_cast<std::size_t>(q)];
+    }
+    Grid u(c, g);
+    for (int w = 0; w < g; ++w)
+      u.run_wg(w, secs(c, model::copy(rows_of(pl.batch[me], w, g) * remote_tables * D * 4)));
+    x.after = u.makespan();
+  }
+  prog.push_back(std::move(x));
+  return prog;
+}
+
+// --- GemmAllToAll (emu/gemm_alltoall.cpp) -------------------------------------------------------
+
+Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mode) {
+  using namespace detail::gemm;
+  check_ranks(pb.world_size, c, "gemm");
+  GemmAllToAllArgs a;
+  a.k = pb.k;
+  a.n = pb.n;
+  a.host = pb.host;
+  a.counts = pb.counts;
+  const Plan pl(a, rank, c.ranks());
+  const int P = pl.P, me = pl.me;
+  const std::int64_t N = pl.N;
+  auto cost = [&](const Tile& t) { return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K)); };
+  // The emulator's `unpack_rows`: rows of host h's slice that workgroup `first` of `step` copies.
+  auto unpack_rows = [&](int h, std::int64_t first, std::int64_t step) {
+    std::int64_t n = 0;
+    for (int e : pl.experts_of[static_cast<std::size_t>(h)]) {
+      const std::int64_t skip = ((first - pl.so[static_cast<std::size_t>(me)][static_cast<std::size_t>(e)]) % step + step) % step;
+      if (skip < pl.c(me, e)) n += (pl.c(me, e) - skip + step - 1) / step;
+    }
+    return n;
+  };
+  auto slice_bytes = [&](int h, int s) {
+    return pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(s)] * N * 4;
+  };
+  Program prog;
+  if (mode == Mode::unfused) {
+    std::vector<Tile> tiles;
+    for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
+    std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& x, const Tile& y) { return x.j < y.j; });
+    Grid k1(c, grid_for(c, tiles.size()));
+    for (std::size_t i = 0; i < tiles.size(); ++i) k1.run(i, cost(tiles[i]));
+    prog.push_back(compute_step("gemm_alltoall", launch(c) + k1.makespan()));
+    Step x = exchange_step("gemm_alltoall");
+    x.seconds = launch(c);
+    for (int s = 0; s < P; ++s)
+      if (s != me) x.sends.push_back({launch(c), s, slice_bytes(me, s)});
+    const int g = grid_for(c, static_cast<std::size_t>(P));
+    Grid k2(c, g);
+    for (int w = 0; w < g; ++w) {
+      std::int64_t rows = 0;
+      for (int h = 0; h < P; ++h) rows += unpack_rows(h, w, g);
+      k2.run_wg(w, secs(c, model::copy(rows * N * 4)));
+    }
+    x.after = k2.makespan();
+    prog.push_back(std::move(x));
+    return prog;
+  }
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  const int g = grid_for(c, tiles.size());
+  Grid k(c, g);
+  Step x = exchange_step("gemm_alltoall");
+  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const Tile& t = tiles[i];
+    const double end = launch(c) + k.run(i, cost(t));
+    if (t.s == me) continue;
+    if (mode == Mode::scale_up)
+      x.sends.push_back({end, t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4});
+    else
+      slice_end[static_cast<std::size_t>(t.s)] = std::max(slice_end[static_cast<std::size_t>(t.s)], end);
+  }
+  x.seconds = launch(c) + k.makespan();
+  if (mode == Mode::scale_out) {
+    for (int s = 0; s < P; ++s)
+      if (s != me && pl.tiles(me, s) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(s)], s, slice_bytes(me, s)});
+    Grid u(c, g);
+    for (int w = 0; w < g; ++w) {
+      std::int64_t rows = 0;
+      for (int h = 0; h < P; ++h)
+        if (h != me && pl.tiles(h, me) > 0) rows += unpack_rows(h, w, g);
+      u.run_wg(w, secs(c, model::copy(rows * N * 4)));
+    }
+    x.after = u.makespan();
+  }
+  prog.push_back(std::move(x));
+  return prog;
+}
+
+// --- GemvAllReduce (emu/gemv_allreduce.cpp; unfused: emu/collectives.cpp's direct AllReduce) ----
+
+Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mode) {
+  using namespace detail::gemv;
+  check_ranks(pb.world_size, c, "gemv");
+  GemvAllReduceArgs a;
+  a.m = pb.m;
+  a.n = pb.n;
+  a.k_splits = pb.k_splits;
+  const Plan p(a, rank, c.ranks());
+  const int P = p.P, me = p.me;
+  auto cost = [&](const Tile& t) { return secs(c, model::gemv(p.m, p.k, t.n1 - t.n0)); };
+  Program prog;
+  if (mode == Mode::unfused) {
+    Grid k1(c, grid_for(c, p.tiles.size()));
+    for (std::size_t i = 0; i < p.tiles.size(); ++i) k1.run(i, cost(p.tiles[i]));
+    prog.push_back(compute_step("gemv_allreduce", launch(c) + k1.makespan()));
+    // The direct AllReduce of the m x n partial: part q = chunk_of(m n, P, q) to its owner in
+    // tiles of te elements; the owner folds each tile (copy + P - 1 reductions), puts it to every
+    // rank and copies it into place; every rank copies the other parts out of scratch.
+    const std::int64_t count = p.m * p.n;
+    std::vector<std::int64_t> len(static_cast<std::size_t>(P));
+    for (int q = 0; q < P; ++q) len[static_cast<std::size_t>(q)] = chunk_of(count, P, q).length;
+    const std::int64_t max_len = *std::max_element(len.begin(), len.end());
+    const std::int64_t te = std::max<std::int64_t>(16 * 1024, (max_len + 63) / 64);
+    auto ntiles = [&](std::int64_t l) { return (l + te - 1) / te; };
+    std::size_t scatter = 0, collect = 0;
+    for (int q = 0; q < P; ++q)
+      if (q != me) {
+        scatter += static_cast<std::size_t>(ntiles(len[static_cast<std::size_t>(q)]));
+        collect += static_cast<std::size_t>(ntiles(len[static_cast<std::size_t>(q)]));
+      }
+    const std::int64_t mine = len[static_cast<std::size_t>(me)];
+    const auto reduce_n = static_cast<std::size_t>(ntiles(mine));
+    const int g = grid_for(c, std::max({scatter, reduce_n, collect}));
+    Step rs = exchange_step("gemv_allreduce");
+    rs.seconds = launch(c);
+    for (int q = 0; q < P; ++q)
+      if (q != me && len[static_cast<std::size_t>(q)] > 0) rs.sends.push_back({launch(c), q, len[static_cast<std::size_t>(q)] * 4});
+    Grid red(c, g);
+    for (std::size_t i = 0; i < reduce_n; ++i) {
+      const std::int64_t n = std::min(te, mine - static_cast<std::int64_t>(i) * te);
+      red.run(i, secs(c, model::copy(n * 4)) + secs(c, model::reduce(n * (P - 1))) + secs(c, model::copy(n * 4)));
+    }
+    rs.after = red.makespan();
+    prog.push_back(std::move(rs));
+    Step ag = exchange_step("gemv_allreduce");
+    for (int q = 0; q < P; ++q)
+      if (q != me && mine > 0) ag.sends.push_back({0.0, q, mine * 4});
+    Grid col(c, g);
+    std::size_t i = 0;
+    for (int q : detail::remote_first(me, P)) {
+      if (q == me) continue;
+      for (std::int64_t t0 = 0; t0 < len[static_cast<std::size_t>(q)]; t0 += te)
+        col.run(i++, secs(c, model::copy(std::min(te, len[static_cast<std::size_t>(q)] - t0) * 4)));
+    }
+    ag.after = col.makespan();
+    prog.push_back(std::move(ag));
+    return prog;
+  }
+  const int g = mode == Mode::scale_up ? grid_for(c, p.tiles.size())
+                                       : grid_for(c, std::max<std::size_t>(p.tiles.size(), static_cast<std::size_t>(P)));
+  Grid k(c, g);
+  Step rs = exchange_step("gemv_allreduce");
+  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
+  const std::int64_t tile_floats = p.m * kTileN;
+  for (std::size_t i = 0; i < p.compute.size(); ++i) {
+    const Tile& t = p.tiles[static_cast<std::size_t>(p.compute[i])];
+    const double end = launch(c) + k.run(i, cost(t));
+    if (t.owner == me) continue;
+    if (mode == Mode::scale_up)  // the whole tile buffer, put to the owner
+      rs.sends.push_back({end, t.owner, tile_floats * 4});
+    else
+      slice_end[static_cast<std::size_t>(t.owner)] = std::max(slice_end[static_cast<std::size_t>(t.owner)], end);
+  }
+  rs.seconds = launch(c) + k.makespan();
+  const Chunk mine = p.chunks[static_cast<std::size_t>(me)];
+  Step ag = exchange_step("gemv_allreduce");
+  Grid red(c, g);
+  if (mode == Mode::scale_up) {
+    // The owner folds each of its tiles once all partials are in, then stores it into every y.
+    for (std::size_t i = 0; i < p.mine.size(); ++i) {
+      const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
+      const double end = red.run(i, secs(c, model::copy(tile_floats * 4)) + secs(c, model::reduce(tile_floats * (P - 1))));
+      for (int q = 0; q < P; ++q)
+        if (q != me) ag.sends.push_back({end, q, p.m * (t.n1 - t.n0) * 4});
+    }
+    ag.seconds = red.makespan();
+  } else {
+    for (int j = 0; j < P; ++j)
+      if (j != me && p.chunks[static_cast<std::size_t>(j)].length > 0)
+        rs.sends.push_back({slice_end[static_cast<std::size_t>(j)], j, p.m * p.chunks[static_cast<std::size_t>(j)].length * 4});
+    for (std::size_t i = 0; i < p.mine.size(); ++i) {
+      const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
+      const std::int64_t w = t.n1 - t.n0;
+      red.run(i, secs(c, model::copy(p.m * w * 4)) + secs(c, model::reduce(p.m * w * (P - 1))));
+    }
+    rs.after = red.makespan();
+    for (int q = 0; q < P; ++q)
+      if (q != me && mine.length > 0) ag.sends.push_back({0.0, q, p.m * mine.length * 4});
+    Grid u(c, g);
+    for (int j = 0; j < P; ++j) u.run(static_cast<std::size_t>(j), secs(c, model::copy(p.m * p.chunks[static_cast<std::size_t>(j)].length * 4)));
+    ag.after = u.makespan();
+  }
+  prog.push_back(std::move(rs));
+  prog.push_back(std::move(ag));
+  return prog;
+}
+
+// --- Problems -----------------------------------------------------------------------------------
+
+EmbeddingProblem embedding_problem(const EmbeddingOp& op, int ranks) {
+  if (op.tables < 1 || op.dim < 1 || op.global_batch < ranks || op.min_bag < 0 || op.max_bag < op.min_bag)
+    throw InvalidArgument("op embedding: tables, dim >= 1, batch >= ranks, 0 <= min bag <= max bag");
+  EmbeddingProblem p;
+  p.world_size = ranks;
+  p.dim = op.dim;
+  for (std::int64_t t = 0; t < op.tables; ++t) {
+    p.table_rows.push_back(1 << 20);
+    p.owner.push_back(static_cast<int>(t % ranks));
+  }
+  p.batch_sizes = split_evenly(op.global_batch, ranks);
+  p.min_bag = op.min_bag;
+  p.max_bag = op.max_bag;
+  p.seed = 2024;
+  return p;
+}
+
+GemmProblem gemm_problem(const GemmOp& op, int ranks) {
+  if (op.tokens < 1 || op.k < 1 || op.n < 1) throw InvalidArgument("op gemm: tokens, k and n must be >= 1");
+  GemmProblem p;
+  p.world_size = ranks;
+  p.k = op.k;
+  p.n = op.n;
+  const std::int64_t E = op.experts > 0 ? op.experts : ranks;
+  for (std::int64_t e = 0; e < E; ++e) p.host.push_back(static_cast<int>(e % ranks));
+  for (int s = 0; s < ranks; ++s)
+    for (std::int64_t e = 0; e < E; ++e) p.counts.push_back(op.tokens / E + (e < op.tokens % E ? 1 : 0));
+  return p;
+}
+
+GemvProblem gemv_problem(const GemvOp& op, int ranks) {
+  if (op.m < 1 || op.k < ranks || op.n < ranks) throw InvalidArgument("op gemv: m >= 1, k and n >= ranks");
+  GemvProblem p;
+  p.world_size = ranks;
+  p.m = op.m;
+  p.n = op.n;
+  p.k_splits = split_evenly(op.k, ranks);
+  return p;
+}
+
+// The sizing of bench/perf_common.cpp's make_fused_case, on the generators' defaults.
+EmbeddingProblem perf_embedding(int ranks, std::int64_t bytes) {
+  auto p = EmbeddingProblem::dlrm(ranks);
+  p.batch_sizes.assign(static_cast<std::size_t>(ranks),
+                       std::max<std::int64_t>(1, bytes / (p.num_tables() * p.dim * 4)));
+  return p;
+}
+
+GemmProblem perf_gemm(int ranks, std::int64_t bytes) {
+  auto p = GemmProblem::moe(ranks);
+  const std::int64_t rows = std::max<std::int64_t>(1, bytes / (p.n * 4));
+  p.random_routing(std::max<std::int64_t>(1, 2 * rows / p.num_experts()));
+  return p;
+}
+
+GemvProblem perf_gemv(int ranks, std::int64_t bytes) {
+  auto p = GemvProblem::transformer(ranks);
+  p.n = std::max<std::int64_t>(1, bytes / (p.m * 4));
+  return p;
+}
+
+}  // namespace fusedcoll::sim
