@@ -150,15 +150,23 @@ struct Run {
   std::vector<sg4::Host*> hosts;
   std::vector<Prepared> prog;
   std::vector<std::vector<std::int64_t>> expected;  // [exchange][rank]
-  /// Per rank: the transfers addressed to it, posted by their senders (any actor may wait on a
-  /// transfer), and a semaphore counting them: cheaper than mailbox matching at 10^5 transfers.
+  /// Per rank and exchange (or AllReduce stage): a mailbox whose receives the receiving actor
+  /// posts when it starts, so every transfer starts the moment its sender posts it. Not
+  /// Comm::sendto_async: SimGrid 3.32 detaches host-to-host transfers onto one list of the engine's
+  /// and removes each finished one with a scan of that list, O(transfers in flight) per completion,
+  /// which was ~75% of a 128-node simulation (docs/simulation.md, "Simulation cost").
   struct Inbox {
-    std::vector<sg4::CommPtr> comms;
+    sg4::Mailbox* box = nullptr;
+    std::vector<sg4::CommPtr> recvs;
     std::size_t taken = 0;
-    sg4::SemaphorePtr posted;
   };
   std::vector<std::vector<Inbox>> inbox;            // [exchange][rank]
   std::vector<std::vector<std::int64_t>> expected_flows;  // [exchange][rank]
+  /// Per actor, the transfers it sent: it waits for them before it ends, which leaves its
+  /// recorded end as it was (SimGrid fails the transfers of an actor that has ended).
+  std::vector<std::vector<sg4::CommPtr>> sent;  // [rank * 2 + (communication stream)]
+  void* payload = nullptr;  // what every transfer "carries": the simulation moves no data
+  void* sink = nullptr;
   std::vector<sg4::BarrierPtr> barrier;             // [node]
   std::vector<sg4::SemaphorePtr> ar_start, ar_done;
   std::vector<std::vector<std::int64_t>> ar_bytes;  // [rank]: each AllReduce's bytes
@@ -168,27 +176,42 @@ struct Run {
 
   Run(const Cluster& cl, const Options& op) : c(cl), o(op) {}
 
-  /// The AllReduces' inboxes, made when first used: [rank][allreduce][stage].
+  /// The AllReduces' inboxes: [rank][allreduce][stage].
   std::vector<std::vector<std::vector<Inbox>>> ar_inbox;
-  /// Sized before the run (a blocked receiver holds a reference into it).
   Inbox& ar_box(int r, std::size_t a, int stage) {
-    Inbox& in = ar_inbox[static_cast<std::size_t>(r)][a][static_cast<std::size_t>(stage)];
-    if (!in.posted) in.posted = sg4::Semaphore::create(0);
-    return in;
+    return ar_inbox[static_cast<std::size_t>(r)][a][static_cast<std::size_t>(stage)];
   }
-  void post(Inbox& in, int src, int dst, std::int64_t bytes) {
-    in.comms.push_back(sg4::Comm::sendto_async(hosts[static_cast<std::size_t>(src)],
-                                               hosts[static_cast<std::size_t>(dst)],
-                                               static_cast<std::uint64_t>(bytes)));
-    in.posted->release();
+  /// Posts `count` receives on `in` from the calling actor, which is the receiver.
+  void expect(Inbox& in, std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) in.recvs.push_back(in.box->get_async(&sink));
+  }
+  /// Sends `bytes` from the calling actor's host to the receiver of `in`.
+  void post(Inbox& in, std::int64_t bytes, std::vector<sg4::CommPtr>& mine) {
+    mine.push_back(in.box->put_async(&payload, static_cast<std::uint64_t>(bytes)));
     ++flows;
   }
+  /// Drops the transfers of `mine` that have completed: SimGrid keeps a list of each actor's
+  /// transfers and scans it whenever one of them completes, so it is kept short.
+  static void reap(std::vector<sg4::CommPtr>& mine) {
+    std::erase_if(mine, [](const sg4::CommPtr& c) { return c->test(); });
+  }
   static void receive(Inbox& in, std::int64_t count) {
-    for (std::int64_t i = 0; i < count; ++i) in.posted->acquire();
-    std::vector<sg4::CommPtr> mine(in.comms.begin() + static_cast<std::ptrdiff_t>(in.taken),
-                                   in.comms.begin() + static_cast<std::ptrdiff_t>(in.taken) + count);
+    std::vector<sg4::CommPtr> mine(in.recvs.begin() + static_cast<std::ptrdiff_t>(in.taken),
+                                   in.recvs.begin() + static_cast<std::ptrdiff_t>(in.taken) + count);
     sg4::Comm::wait_all(mine);
-    for (std::int64_t i = 0; i < count; ++i) in.comms[in.taken++] = nullptr;
+    for (std::int64_t i = 0; i < count; ++i) in.recvs[in.taken++] = nullptr;
+  }
+
+  /// The receives of rank r's AllReduce per stage, in the order allreduce() runs its stages.
+  std::vector<std::int64_t> ar_stage_receives() const {
+    std::vector<std::int64_t> v;
+    if (G > 1) v.push_back(G - 1);
+    if (N > 1) {
+      const int inter = (N & (N - 1)) == 0 ? 2 * static_cast<int>(std::log2(N) + 0.5) : 2 * (N - 1);
+      v.insert(v.end(), static_cast<std::size_t>(inter), 1);
+    }
+    if (G > 1) v.push_back(G - 1);
+    return v;
   }
 
   double device_seconds(const model::Work& total) const {
@@ -206,14 +229,14 @@ struct Run {
       sg4::this_actor::sleep_for(device_seconds(model::reduce(bytes / 4)));
     };
     auto exchange = [&](int peer, std::int64_t bytes) {
-      post(ar_box(peer, a, stage), r, peer, bytes);
+      post(ar_box(peer, a, stage), bytes, sent[2 * static_cast<std::size_t>(r) + 1]);
       receive(ar_box(r, a, stage), 1);
       ++stage;
     };
     const std::int64_t chunk = (S + G - 1) / G;
     if (G > 1) {
       for (int h = 0; h < G; ++h)
-        if (h != g) post(ar_box(n * G + h, a, stage), r, n * G + h, chunk);
+        if (h != g) post(ar_box(n * G + h, a, stage), chunk, sent[2 * static_cast<std::size_t>(r) + 1]);
       receive(ar_box(r, a, stage), G - 1);
       reduce_cost(chunk * (G - 1));
       ++stage;
@@ -234,7 +257,7 @@ struct Run {
         const std::int64_t piece = (chunk + N - 1) / N;
         const int next = ((n + 1) % N) * G + g;
         for (int s = 0; s < 2 * (N - 1); ++s) {
-          post(ar_box(next, a, stage), r, next, piece);
+          post(ar_box(next, a, stage), piece, sent[2 * static_cast<std::size_t>(r) + 1]);
           receive(ar_box(r, a, stage), 1);
           ++stage;
           if (s < N - 1) reduce_cost(piece);
@@ -243,21 +266,28 @@ struct Run {
     }
     if (G > 1) {
       for (int h = 0; h < G; ++h)
-        if (h != g) post(ar_box(n * G + h, a, stage), r, n * G + h, chunk);
+        if (h != g) post(ar_box(n * G + h, a, stage), chunk, sent[2 * static_cast<std::size_t>(r) + 1]);
       receive(ar_box(r, a, stage), G - 1);
     }
   }
 
   void comm_stream(int r) {
+    const auto R = static_cast<std::size_t>(r);
+    const std::vector<std::int64_t> stages = ar_stage_receives();
+    for (std::size_t a = 0; a < ar_bytes[R].size(); ++a)
+      for (std::size_t st = 0; st < stages.size(); ++st) expect(ar_inbox[R][a][st], stages[st]);
     for (std::size_t a = 0; a < ar_bytes[static_cast<std::size_t>(r)].size(); ++a) {
       ar_start[static_cast<std::size_t>(r)]->acquire();
+      reap(sent[2 * R + 1]);
       allreduce(r, a, ar_bytes[static_cast<std::size_t>(r)][a]);
       ar_done[static_cast<std::size_t>(r)]->release();
     }
+    sg4::Comm::wait_all(sent[2 * R + 1]);
   }
 
   void compute_stream(int r) {
     const auto R = static_cast<std::size_t>(r);
+    for (std::size_t e = 0; e < inbox.size(); ++e) expect(inbox[e][R], expected_flows[e][R]);
     std::size_t x = 0;
     int started = 0, waited = 0;
     for (const Step& s : prog[R].steps) {
@@ -270,11 +300,12 @@ struct Run {
         case Step::exchange: {
           // The node's devices start an exchange together: its flows between nodes carry several
           // devices' sends, timed from a common start.
+          reap(sent[2 * R]);
           if (G > 1 && pxn()) barrier[static_cast<std::size_t>(r / G)]->wait();
           const double start = sg4::Engine::get_clock();
           for (const Flow& f : prog[R].flows[x]) {
             sg4::this_actor::sleep_until(start + f.at);
-            post(inbox[x][static_cast<std::size_t>(f.dst)], r, f.dst, f.bytes);
+            post(inbox[x][static_cast<std::size_t>(f.dst)], f.bytes, sent[2 * R]);
           }
           sg4::this_actor::sleep_until(start + s.seconds);
           compute[R] += s.seconds;
@@ -304,6 +335,7 @@ struct Run {
       }
     }
     end[R] = sg4::Engine::get_clock();
+    sg4::Comm::wait_all(sent[2 * R]);
   }
 
   /// The flows of one exchange for the G ranks of node `a`. Inside the node: one flow per send.
@@ -452,18 +484,24 @@ Result simulate(const Cluster& c, const std::function<Program(int)>& program, co
   e.set_config("surf/precision:" + precision.str());
   run.hosts = build_platform(c);
   run.end.assign(P, 0);
+  run.sent.resize(2 * P);
   run.compute.assign(P, 0);
-  const int stages = 2 + ((run.N & (run.N - 1)) == 0 ? 2 * static_cast<int>(std::log2(run.N) + 0.5)
-                                                        : 2 * (run.N - 1));
+  const std::size_t stages = run.ar_stage_receives().size();
   run.ar_inbox.resize(P);
   for (std::size_t r = 0; r < P; ++r) {
     run.ar_inbox[r].resize(run.ar_bytes[r].size());
-    for (auto& v : run.ar_inbox[r]) v.resize(static_cast<std::size_t>(stages));
+    for (std::size_t a = 0; a < run.ar_inbox[r].size(); ++a) {
+      run.ar_inbox[r][a].resize(stages);
+      for (std::size_t st = 0; st < stages; ++st)
+        run.ar_inbox[r][a][st].box = sg4::Mailbox::by_name("ar" + std::to_string(r) + "." +
+                                                           std::to_string(a) + "." + std::to_string(st));
+    }
   }
   run.inbox.resize(exchanges);
-  for (auto& v : run.inbox) {
-    v.resize(P);
-    for (auto& in : v) in.posted = sg4::Semaphore::create(0);
+  for (std::size_t x = 0; x < exchanges; ++x) {
+    run.inbox[x].resize(P);
+    for (std::size_t r = 0; r < P; ++r)
+      run.inbox[x][r].box = sg4::Mailbox::by_name("x" + std::to_string(x) + "." + std::to_string(r));
   }
   for (int n = 0; n < run.N; ++n) run.barrier.push_back(sg4::Barrier::create(static_cast<unsigned>(run.G)));
   for (std::size_t r = 0; r < P; ++r) {
