@@ -101,38 +101,21 @@ int calls_per_size(const Options& o) {
 
 std::int64_t run_collectives(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
-  std::int64_t wrong_total = 0;
-  for (const std::int64_t b : sweep(o)) {
-    const auto holder = make_collective(o, o.ranks, collective_bytes(b, o.ranks));
-    CollectiveCase& c = *holder;
-    Row row;
-    row.bytes = c.bytes;
-    row.count = c.count;
-    row.busbw_factor = c.busbw_factor;
+  return collective_sweep(o, o.ranks, out, true, [&](CollectiveCase& c, Row& row) {
     (void)wire_per_rank(world, sent, 1);
     row.seconds = time_calls(world, c.call, o.warmup, o.iters);
     row.wire = wire_per_rank(world, sent, calls_per_size(o));
-    if (o.check) {
-      std::vector<std::vector<float>> expect, exact;
-      prepare_check(c, o, expect, exact);
-      world.run([&](fc::Communicator& comm) { c.call(comm); });
-      (void)wire_per_rank(world, sent, 1);
-      for (int r = 0; r < o.ranks; ++r) check_rank(c, r, expect, exact, row.err);
-    }
-    wrong_total += row.err.wrong;
-    out.row(row);
-  }
-  return wrong_total;
+    if (o.check)
+      row.err = check_collective(c, o, [&] {
+        world.run([&](fc::Communicator& comm) { c.call(comm); });
+        (void)wire_per_rank(world, sent, 1);
+      });
+  });
 }
 
 std::int64_t run_fused(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
-  std::int64_t wrong_total = 0;
-  for (const std::int64_t b : sweep(o)) {
-    FusedCase c = make_fused_case(o, o.ranks, b);
-    Row row;
-    row.bytes = c.bytes;
-    row.shape = c.shape;
+  return fused_sweep(o, o.ranks, out, true, [&](FusedCase& c, Row& row) {
     const int calls = calls_per_size(o);
     double* slot[] = {&row.seconds, &row.up_seconds, &row.out_seconds};
     for (int m = 0; m < 3; ++m) {
@@ -153,10 +136,7 @@ std::int64_t run_fused(fc::emu::World& world, const Options& o, Printer& out) {
       }
       (void)wire_per_rank(world, sent, 1);
     }
-    wrong_total += row.err.wrong;
-    out.row(row);
-  }
-  return wrong_total;
+  });
 }
 
 /// The header's description of the machine.

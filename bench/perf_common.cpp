@@ -520,6 +520,7 @@ std::unique_ptr<CollectiveCase> make_collective(const Options& o, int ranks, std
     };
   }
   c.bytes = c.count * 4;
+  c.requested = bytes;
   {
     // Every rank's buffers; the check's expected outputs (and, lossy, the exact ones); the
     // baselines' check, a second case on integer inputs with its expected outputs.
@@ -581,6 +582,25 @@ void check_rank(const CollectiveCase& c, int r, const std::vector<std::vector<fl
                 const std::vector<std::vector<float>>& exact, Errors& err) {
   err.add(c.recv[r].data(), expect[r].data(), exact.empty() ? nullptr : exact[r].data(),
           c.recv[r].size());
+}
+
+Errors check_collective(CollectiveCase& c, const Options& o, const std::function<void()>& run,
+                        int me) {
+  std::vector<std::vector<float>> expect, exact;
+  prepare_check(c, o, expect, exact);
+  run();
+  Errors err;
+  for (int r = 0; r < static_cast<int>(c.recv.size()); ++r)
+    if (me < 0 || r == me) check_rank(c, r, expect, exact, err);
+  return err;
+}
+
+Errors check_baseline(const CollectiveCase& c, const Options& o, int ranks,
+                      const std::function<void(CollectiveCase&)>& run, int me) {
+  const auto ints = make_collective(o, ranks, c.requested, fc::ValueMode::integer);
+  Options plain = o;
+  plain.wire = fc::CompressionOptions{};
+  return check_collective(*ints, plain, [&] { run(*ints); }, me);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -694,6 +714,41 @@ std::vector<std::vector<float>> fused_expected(const FusedCase& c) {
   std::vector<std::vector<float>> expect;
   for (auto* v : c.outputs()) expect.push_back(*v);
   return expect;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps
+
+std::int64_t collective_sweep(const Options& o, int ranks, Printer& out, bool print,
+                              const std::function<void(CollectiveCase&, Row&)>& measure) {
+  std::int64_t wrong = 0;
+  for (const std::int64_t b : sweep(o)) {
+    const auto holder = make_collective(o, ranks, collective_bytes(b, ranks));
+    CollectiveCase& c = *holder;
+    Row row;
+    row.bytes = c.bytes;
+    row.count = c.count;
+    row.busbw_factor = c.busbw_factor;
+    measure(c, row);
+    wrong += row.err.wrong + row.base_wrong;
+    if (print) out.row(row);
+  }
+  return wrong;
+}
+
+std::int64_t fused_sweep(const Options& o, int ranks, Printer& out, bool print,
+                         const std::function<void(FusedCase&, Row&)>& measure) {
+  std::int64_t wrong = 0;
+  for (const std::int64_t b : sweep(o)) {
+    FusedCase c = make_fused_case(o, ranks, b);
+    Row row;
+    row.bytes = c.bytes;
+    row.shape = c.shape;
+    measure(c, row);
+    wrong += row.err.wrong;
+    if (print) out.row(row);
+  }
+  return wrong;
 }
 
 }  // namespace perf

@@ -124,6 +124,7 @@ struct CollectiveCase {
   /// ref/ on the same inputs with wire options `wire`, into `out` (one buffer per rank).
   std::function<void(const fc::CompressionOptions& wire, std::vector<std::vector<float>>& out)> ref;
   std::int64_t bytes = 0, count = 0;
+  std::int64_t requested = 0;  // the bytes make_collective was asked for (same shape again)
   double busbw_factor = 1;
   // The layout, for a baseline that calls another library on the same buffers.
   std::vector<std::int64_t> pieces;  // ReduceScatter / AllGather: per-rank element counts
@@ -153,6 +154,17 @@ void prepare_check(CollectiveCase& c, const Options& o, std::vector<std::vector<
 void check_rank(const CollectiveCase& c, int r, const std::vector<std::vector<float>>& expect,
                 const std::vector<std::vector<float>>& exact, Errors& err);
 
+/// `c`'s check: `prepare_check`, then `run()` (the op into the case's receive buffers), then rank
+/// `me`'s output (-1: every rank's) against the expected ones.
+Errors check_collective(CollectiveCase& c, const Options& o, const std::function<void()>& run,
+                        int me = -1);
+
+/// A baseline's check: a case of `c`'s op and shape on integer inputs (their sums are exact in
+/// any order, and the baselines fix none), `run(case)` into its receive buffers, against ref/
+/// without compression (the baselines have none); rank `me`'s output (-1: every rank's).
+Errors check_baseline(const CollectiveCase& c, const Options& o, int ranks,
+                      const std::function<void(CollectiveCase&)>& run, int me = -1);
+
 // ---------------------------------------------------------------------------------------------
 // Fused operators: the size is the bytes of one rank's output.
 
@@ -174,6 +186,20 @@ FusedCase make_fused_case(const Options& o, int ranks, std::int64_t bytes);
 std::vector<std::vector<float>> fused_expected(const FusedCase& c);
 
 inline constexpr fc::Mode kModes[] = {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out};
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps: what every backend does per size.
+
+/// The collective sweep of `o` over `ranks` ranks: per size, the case and a Row with its size
+/// columns, which `measure(c, row)` completes (times, checks); each row's wrong elements
+/// (fusedcoll's and the baseline's) are summed, and the row printed where `print` (MPI: rank 0
+/// only). Returns the sum.
+std::int64_t collective_sweep(const Options& o, int ranks, Printer& out, bool print,
+                              const std::function<void(CollectiveCase&, Row&)>& measure);
+
+/// The same for a fused operator: per size, the case and a Row with its size and shape.
+std::int64_t fused_sweep(const Options& o, int ranks, Printer& out, bool print,
+                         const std::function<void(FusedCase&, Row&)>& measure);
 
 /// `--backend mpi`: this process is one rank of an mpiexec job; initialises MPI, runs `o`, prints
 /// on rank 0 and returns the exit status (a failure on any rank aborts the whole job). Defined in

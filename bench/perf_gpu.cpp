@@ -168,15 +168,7 @@ std::vector<AnyArgs> host_args(CollectiveCase& c) {
 
 std::int64_t run_collectives(const Options& o, fc::gpu::World& world, Printer& out) {
   const int P = world.size();
-  std::int64_t wrong_total = 0;
-  for (const std::int64_t b : sweep(o)) {
-    const std::int64_t bytes = collective_bytes(b, P);
-    const auto holder = make_collective(o, P, bytes);
-    CollectiveCase& c = *holder;
-    Row row;
-    row.bytes = c.bytes;
-    row.count = c.count;
-    row.busbw_factor = c.busbw_factor;
+  return collective_sweep(o, P, out, true, [&](CollectiveCase& c, Row& row) {
     const auto all = host_args(c);
     std::vector<double> s;
     for (int i = 0; i < o.warmup + o.iters; ++i) {
@@ -189,28 +181,16 @@ std::int64_t run_collectives(const Options& o, fc::gpu::World& world, Printer& o
       row.base_seconds = time_baseline(o, baseline_plan(o, c, P), d);
     }
     if (o.check) {
-      std::vector<std::vector<float>> expect, exact;
-      prepare_check(c, o, expect, exact);
-      call_world(world, all);
-      for (int r = 0; r < P; ++r) check_rank(c, r, expect, exact, row.err);
-      // The baseline on integer inputs, against ref/ without compression (it has none).
-      const auto ints = make_collective(o, P, bytes, fc::ValueMode::integer);
-      Options plain = o;
-      plain.wire = fc::CompressionOptions{};
-      std::vector<std::vector<float>> iexpect, iexact;
-      prepare_check(*ints, plain, iexpect, iexact);
-      const DeviceCase d(*ints);  // its receive buffers poisoned
-      enqueue_baseline(o, baseline_plan(o, *ints, P), d);
-      FC_CHECK_GPU(gpuDeviceSynchronize());
-      d.download(*ints);
-      Errors base;
-      for (int r = 0; r < P; ++r) check_rank(*ints, r, iexpect, iexact, base);
-      row.base_wrong = base.wrong;
+      row.err = check_collective(c, o, [&] { call_world(world, all); });
+      // The baseline on integer inputs, on the device.
+      row.base_wrong = check_baseline(c, o, P, [&](CollectiveCase& ints) {
+                         const DeviceCase d(ints);  // its receive buffers poisoned
+                         enqueue_baseline(o, baseline_plan(o, ints, P), d);
+                         FC_CHECK_GPU(gpuDeviceSynchronize());
+                         d.download(ints);
+                       }).wrong;
     }
-    wrong_total += row.err.wrong + row.base_wrong;
-    out.row(row);
-  }
-  return wrong_total;
+  });
 }
 
 }  // namespace

@@ -157,15 +157,7 @@ std::function<void()> ompi_call(const Options& o, CollectiveCase& c, int me, int
 std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& out) {
   const int P = comm.size(), me = comm.rank();
   std::mt19937 rng(12345);
-  std::int64_t wrong_total = 0;
-  for (const std::int64_t b : sweep(o)) {
-    const std::int64_t bytes = collective_bytes(b, P);
-    const auto holder = make_collective(o, P, bytes);
-    CollectiveCase& c = *holder;
-    Row row;
-    row.bytes = c.bytes;
-    row.count = c.count;
-    row.busbw_factor = c.busbw_factor;
+  return collective_sweep(o, P, out, me == 0, [&](CollectiveCase& c, Row& row) {
     // --symmetric: fusedcoll's collective receives into a SymmetricBuffer (peers put straight
     // into it); the check copies it out to the case's receive buffer.
     std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
@@ -178,42 +170,26 @@ std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& 
     row.seconds = times[0];
     row.base_seconds = times[1];
     if (o.check) {
-      Errors mine;
-      {
-        std::vector<std::vector<float>> expect, exact;
-        prepare_check(c, o, expect, exact);
-        if (sym) fc::poison(sym->data(), sym->size());
-        ours();
-        if (sym) std::memcpy(c.recv[me].data(), sym->data(), sym->size());
-        check_rank(c, me, expect, exact, mine);
-      }
-      row.err = reduce_errors(mine);
-      // Open MPI's result on integer inputs, against ref/ without compression (it has none).
-      const auto ints = make_collective(o, P, bytes, fc::ValueMode::integer);
-      Options plain = o;
-      plain.wire = fc::CompressionOptions{};
-      std::vector<std::vector<float>> expect, exact;
-      prepare_check(*ints, plain, expect, exact);
-      ompi_call(o, *ints, me, P)();
-      Errors base;
-      check_rank(*ints, me, expect, exact, base);
-      row.base_wrong = sum_over_ranks(base.wrong);
+      row.err = reduce_errors(check_collective(
+          c, o,
+          [&] {
+            if (sym) fc::poison(sym->data(), sym->size());
+            ours();
+            if (sym) std::memcpy(c.recv[me].data(), sym->data(), sym->size());
+          },
+          me));
+      // Open MPI's result on integer inputs.
+      row.base_wrong = sum_over_ranks(
+          check_baseline(c, o, P, [&](CollectiveCase& ints) { ompi_call(o, ints, me, P)(); }, me)
+              .wrong);
     }
-    wrong_total += row.err.wrong + row.base_wrong;
-    if (me == 0) out.row(row);
-  }
-  return wrong_total;
+  });
 }
 
 std::int64_t run_fused(const Options& o, fc::Communicator& comm, Printer& out) {
   const int P = comm.size(), me = comm.rank();
   std::mt19937 rng(12345);
-  std::int64_t wrong_total = 0;
-  for (const std::int64_t b : sweep(o)) {
-    FusedCase c = make_fused_case(o, P, b);
-    Row row;
-    row.bytes = c.bytes;
-    row.shape = c.shape;
+  return fused_sweep(o, P, out, me == 0, [&](FusedCase& c, Row& row) {
     // --symmetric: this rank's output lives in a SymmetricBuffer (scale-up stores into it).
     std::vector<float>& mine = *c.outputs()[static_cast<std::size_t>(me)];
     std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
@@ -242,10 +218,7 @@ std::int64_t run_fused(const Options& o, fc::Communicator& comm, Printer& out) {
       }
       row.err = reduce_errors(err);
     }
-    wrong_total += row.err.wrong;
-    if (me == 0) out.row(row);
-  }
-  return wrong_total;
+  });
 }
 
 /// The first line of MPI_Get_library_version ("Open MPI v4.1.4, ...").
