@@ -24,21 +24,35 @@ int world_size() { return fctest::world().size(); }
 
 const Mode kBadMode = static_cast<Mode>(7);
 
-TEST(MpiErrors, UnknownModeIsRejectedOnEveryOperator) {
-  fusedcoll::EmbeddingRankData emb(emb_problem(world_size(), 0, 1), me());
-  fusedcoll::GemmRankData gemm(gemm_problem(world_size(), 0, 2), me());
+fusedcoll::GemvProblem small_gemv() {
   fusedcoll::GemvProblem gp;
   gp.world_size = world_size();
   gp.m = 2;
   gp.n = 9;
   gp.k_splits.assign(static_cast<std::size_t>(world_size()), 3);
-  fusedcoll::GemvRankData gemv(gp, me());
-  EXPECT_INVALID(fusedcoll::embedding_alltoall(fctest::world(), emb.args(), kBadMode),
+  return gp;
+}
+
+/// This rank's data of a small, valid problem of each operator (embedding seed `seed`, GEMM
+/// seed `seed + 1`), for the tests to break one field of.
+struct EachOperator {
+  explicit EachOperator(std::uint64_t seed)
+      : emb(emb_problem(world_size(), 0, seed), me()),
+        gemm(gemm_problem(world_size(), 0, seed + 1), me()),
+        gemv(small_gemv(), me()) {}
+  fusedcoll::EmbeddingRankData emb;
+  fusedcoll::GemmRankData gemm;
+  fusedcoll::GemvRankData gemv;
+};
+
+TEST(MpiErrors, UnknownModeIsRejectedOnEveryOperator) {
+  EachOperator ops(1);
+  EXPECT_INVALID(fusedcoll::embedding_alltoall(fctest::world(), ops.emb.args(), kBadMode),
                  "unknown mode", 7);
-  EXPECT_INVALID(fusedcoll::gemv_allreduce(fctest::world(), gemv.args(), kBadMode), "unknown mode",
-                 7);
-  EXPECT_INVALID(fusedcoll::gemm_alltoall(fctest::world(), gemm.args(), kBadMode), "unknown mode",
-                 7);
+  EXPECT_INVALID(fusedcoll::gemv_allreduce(fctest::world(), ops.gemv.args(), kBadMode),
+                 "unknown mode", 7);
+  EXPECT_INVALID(fusedcoll::gemm_alltoall(fctest::world(), ops.gemm.args(), kBadMode),
+                 "unknown mode", 7);
   fusedcoll::barrier(fctest::world());
 }
 
@@ -86,17 +100,10 @@ TEST(MpiErrors, ImpossibleSizesAreRejectedOnEveryCollective) {
 }
 
 TEST(MpiErrors, ImpossibleSizesAreRejectedOnEveryOperator) {
-  fusedcoll::EmbeddingRankData emb(emb_problem(world_size(), 0, 4), me());
-  fusedcoll::GemmRankData gemm(gemm_problem(world_size(), 0, 5), me());
-  fusedcoll::GemvProblem gp;
-  gp.world_size = world_size();
-  gp.m = 2;
-  gp.n = 9;
-  gp.k_splits.assign(static_cast<std::size_t>(world_size()), 3);
-  fusedcoll::GemvRankData gemv(gp, me());
-  auto emb_args = emb.args();
-  auto gemm_args = gemm.args();
-  auto gemv_args = gemv.args();
+  EachOperator ops(4);
+  auto emb_args = ops.emb.args();
+  auto gemm_args = ops.gemm.args();
+  auto gemv_args = ops.gemv.args();
   emb_args.dim = kHuge;
   gemv_args.n = kHuge;
   gemm_args.k = gemm_args.n = std::int64_t{1} << 32;
