@@ -264,6 +264,16 @@ FC_INLINE float decode_one(uint32_t c) {
   else return f16_decode_scalar(c << 8);
 }
 
+// The scaled decode's `x / scale`, as a multiplication by `inv` when that is exact.
+template <class F>
+FC_INLINE void unscale(F& x, float scale, float inv) {
+  x = inv != 0 ? x * inv : x / scale;
+}
+FC_INLINE float unscaled(float x, float scale, float inv) {
+  unscale(x, scale, inv);
+  return x;
+}
+
 template <class Isa, int K, bool kScaled>
 FC_INLINE void encode_loop(const float* in, void* out_v, int64_t n, float scale, bool saturate) {
   using F = typename Isa::F;
@@ -300,7 +310,7 @@ FC_INLINE void encode_loop(const float* in, void* out_v, int64_t n, float scale,
 }
 
 template <class Isa, int K, bool kScaled>
-FC_INLINE void decode_loop(const void* in_v, float* out, int64_t n, float scale) {
+FC_INLINE void decode_loop(const void* in_v, float* out, int64_t n, float scale, float inv) {
   using F = typename Isa::F;
   using U = typename Isa::U;
   using W = WireT<K>;
@@ -326,12 +336,12 @@ FC_INLINE void decode_loop(const void* in_v, float* out, int64_t n, float scale)
       else e4m3_decode_vec<Isa>(u, c);
       x = __builtin_bit_cast(F, u);
     }
-    if constexpr (kScaled) x = x / scale;
+    if constexpr (kScaled) unscale(x, scale, inv);
     __builtin_memcpy(out + i, &x, sizeof(x));
   }
   for (; i < n; ++i) {
     float x = decode_one<K>(in[i]);
-    if constexpr (kScaled) x = x / scale;
+    if constexpr (kScaled) unscale(x, scale, inv);
     out[i] = x;
   }
 }
@@ -343,7 +353,12 @@ struct Job {
   float scale;
   bool scaled;
   bool saturate;
+  // Decode: 1 / scale when that is exact and normal (a power-of-two scale, as pow2_scale gives),
+  // else 0. Multiplying by an exact reciprocal rounds the same real number as dividing does, so it
+  // yields the division's bits at a fraction of its cost.
+  float inv = 0;
 };
+
 
 template <class Isa, int K>
 FC_INLINE void encode_job(const Job& j) {
@@ -354,8 +369,8 @@ FC_INLINE void encode_job(const Job& j) {
 template <class Isa, int K>
 FC_INLINE void decode_job(const Job& j) {
   auto* out = static_cast<float*>(j.out);
-  if (j.scaled) decode_loop<Isa, K, true>(j.in, out, j.n, j.scale);
-  else decode_loop<Isa, K, false>(j.in, out, j.n, j.scale);
+  if (j.scaled) decode_loop<Isa, K, true>(j.in, out, j.n, j.scale, j.inv);
+  else decode_loop<Isa, K, false>(j.in, out, j.n, j.scale, j.inv);
 }
 
 using JobFn = void (*)(const Job&);
@@ -417,14 +432,15 @@ __attribute__((target("avx2,f16c"))) void enc_f16_f16c(const Job& j) {
 __attribute__((target("avx2,f16c"))) void dec_f16_f16c(const Job& j) {
   const auto* in = static_cast<const uint16_t*>(j.in);
   auto* out = static_cast<float*>(j.out);
-  const __m256 scale = _mm256_set1_ps(j.scale);
+  const __m256 scale = _mm256_set1_ps(j.scale), inv = _mm256_set1_ps(j.inv);
   int64_t i = 0;
   for (; i + 8 <= j.n; i += 8) {
     __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
-    if (j.scaled) x = _mm256_div_ps(x, scale);
+    if (j.scaled) x = j.inv != 0 ? _mm256_mul_ps(x, inv) : _mm256_div_ps(x, scale);
     _mm256_storeu_ps(out + i, x);
   }
-  for (; i < j.n; ++i) out[i] = j.scaled ? f16_decode_scalar(in[i]) / j.scale : f16_decode_scalar(in[i]);
+  for (; i < j.n; ++i)
+    out[i] = j.scaled ? unscaled(f16_decode_scalar(in[i]), j.scale, j.inv) : f16_decode_scalar(in[i]);
 }
 
 __attribute__((target("avx512f,avx512vl,avx512bw"))) void enc_f16_avx512(const Job& j) {
@@ -454,22 +470,105 @@ __attribute__((target("avx512f,avx512vl,avx512bw"))) void enc_f16_avx512(const J
 __attribute__((target("avx512f,avx512vl,avx512bw"))) void dec_f16_avx512(const Job& j) {
   const auto* in = static_cast<const uint16_t*>(j.in);
   auto* out = static_cast<float*>(j.out);
-  const __m512 scale = _mm512_set1_ps(j.scale);
+  const __m512 scale = _mm512_set1_ps(j.scale), inv = _mm512_set1_ps(j.inv);
   int64_t i = 0;
   for (; i + 16 <= j.n; i += 16) {
     __m512 x = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
-    if (j.scaled) x = _mm512_div_ps(x, scale);
+    if (j.scaled) x = j.inv != 0 ? _mm512_mul_ps(x, inv) : _mm512_div_ps(x, scale);
     _mm512_storeu_ps(out + i, x);
   }
-  for (; i < j.n; ++i) out[i] = j.scaled ? f16_decode_scalar(in[i]) / j.scale : f16_decode_scalar(in[i]);
+  for (; i < j.n; ++i)
+    out[i] = j.scaled ? unscaled(f16_decode_scalar(in[i]), j.scale, j.inv) : f16_decode_scalar(in[i]);
+}
+
+// FP8 decode through the binary16 conversion. An E5M2 code is the top byte of the binary16 of the
+// same value. An E4M3 code's exponent and mantissa, placed under binary16's (code << 7), read as
+// the value times 2^-8, subnormals included (binary16's subnormal step 2^-24 is E4M3's 2^-9 times
+// 2^-8), so one exact multiplication by 256 restores it; its NaN code (S.1111.111) is patched in,
+// as e4m3_decode_scalar makes it (sign | quiet NaN). The instruction converts exactly and quiets
+// NaNs as f16_decode_scalar does, so the bits are the scalar ones.
+__attribute__((target("avx2,f16c"))) FC_INLINE void fp8_halves_f16c(const uint8_t* in, bool e4m3,
+                                                                    __m256& lo, __m256& hi) {
+  const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+  if (!e4m3) {
+    const __m256i h = _mm256_slli_epi16(w, 8);
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    return;
+  }
+  const __m256i h =
+      _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3F80)),
+                      _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(INT16_MIN)));
+  const __m256 k256 = _mm256_set1_ps(256.0f);
+  lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256);
+  hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256);
+  const __m256i m7 = _mm256_set1_epi16(0x7F);
+  const __m256i nan16 = _mm256_cmpeq_epi16(_mm256_and_si256(w, m7), m7);
+  const __m256 nan_lo = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan16)));
+  const __m256 nan_hi = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan16, 1)));
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+  const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+  lo = _mm256_blendv_ps(lo, _mm256_or_ps(_mm256_and_ps(lo, sign), qnan), nan_lo);
+  hi = _mm256_blendv_ps(hi, _mm256_or_ps(_mm256_and_ps(hi, sign), qnan), nan_hi);
+}
+
+template <int K>
+__attribute__((target("avx2,f16c"))) void dec_fp8_f16c(const Job& j) {
+  const auto* in = static_cast<const uint8_t*>(j.in);
+  auto* out = static_cast<float*>(j.out);
+  const __m256 scale = _mm256_set1_ps(j.scale), inv = _mm256_set1_ps(j.inv);
+  int64_t i = 0;
+  for (; i + 16 <= j.n; i += 16) {
+    __m256 lo, hi;
+    fp8_halves_f16c(in + i, K == kE4m3, lo, hi);
+    if (j.scaled) {
+      lo = j.inv != 0 ? _mm256_mul_ps(lo, inv) : _mm256_div_ps(lo, scale);
+      hi = j.inv != 0 ? _mm256_mul_ps(hi, inv) : _mm256_div_ps(hi, scale);
+    }
+    _mm256_storeu_ps(out + i, lo);
+    _mm256_storeu_ps(out + i + 8, hi);
+  }
+  for (; i < j.n; ++i)
+    out[i] = j.scaled ? unscaled(decode_one<K>(in[i]), j.scale, j.inv) : decode_one<K>(in[i]);
+}
+
+template <int K>
+__attribute__((target("avx512f,avx512vl,avx512bw"))) void dec_fp8_avx512(const Job& j) {
+  const auto* in = static_cast<const uint8_t*>(j.in);
+  auto* out = static_cast<float*>(j.out);
+  const __m512 scale = _mm512_set1_ps(j.scale), inv = _mm512_set1_ps(j.inv);
+  const __m512 k256 = _mm512_set1_ps(256.0f);
+  const __m256i mag = _mm256_set1_epi16(0x3F80), sign16 = _mm256_set1_epi16(INT16_MIN);
+  const __m256i qnan16 = _mm256_set1_epi16(0x7E00);
+  const __m256i m7 = _mm256_set1_epi16(0x7F);
+  int64_t i = 0;
+  for (; i + 16 <= j.n; i += 16) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    __m512 x;
+    if constexpr (K == kE5m2) {
+      x = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_slli_epi16(w, 8));
+    } else {
+      // The NaN code becomes binary16's sign | 0x7E00, which converts to sign | 0x7FC00000 and
+      // stays that through the multiplication.
+      const __m256i s16 = _mm256_and_si256(_mm256_slli_epi16(w, 8), sign16);
+      __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 7), mag), s16);
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, m7), m7);
+      h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(s16, qnan16));
+      x = _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, h), k256);
+    }
+    if (j.scaled) x = j.inv != 0 ? _mm512_mul_ps(x, inv) : _mm512_div_ps(x, scale);
+    _mm512_storeu_ps(out + i, x);
+  }
+  for (; i < j.n; ++i)
+    out[i] = j.scaled ? unscaled(decode_one<K>(in[i]), j.scale, j.inv) : decode_one<K>(in[i]);
 }
 
 constexpr CodecTable kTable_F16c = {
     {&enc_f16_f16c, &enc_bf16_IsaAvx2, &enc_e4m3_IsaAvx2, &enc_e5m2_IsaAvx2},
-    {&dec_f16_f16c, &dec_bf16_IsaAvx2, &dec_e4m3_IsaAvx2, &dec_e5m2_IsaAvx2}};
+    {&dec_f16_f16c, &dec_bf16_IsaAvx2, &dec_fp8_f16c<kE4m3>, &dec_fp8_f16c<kE5m2>}};
 constexpr CodecTable kTable_Avx512 = {
     {&enc_f16_avx512, &enc_bf16_IsaAvx512, &enc_e4m3_IsaAvx512, &enc_e5m2_IsaAvx512},
-    {&dec_f16_avx512, &dec_bf16_IsaAvx512, &dec_e4m3_IsaAvx512, &dec_e5m2_IsaAvx512}};
+    {&dec_f16_avx512, &dec_bf16_IsaAvx512, &dec_fp8_avx512<kE4m3>, &dec_fp8_avx512<kE5m2>}};
 #endif
 
 // Same choice and cap as the tile kernels (FUSEDCOLL_KERNEL_ISA), plus F16C for the AVX2 set and
@@ -544,7 +643,12 @@ void run_decode(WireFormat f, const void* in, float* out, int64_t n, float scale
       for (int64_t i = 0; i < n; ++i) out[i] = out[i] / scale;
     return;
   }
-  codecs().decode[kind_of(f)]({in, out, n, scale, scaled, false});
+  Job job{in, out, n, scale, scaled, false};
+  // A power of two in [2^-126, 2^126] has an exact, normal reciprocal.
+  const uint32_t sb = std::bit_cast<uint32_t>(scale);
+  const uint32_t e = sb >> 23;
+  if (scaled && (sb & 0x7FFFFFu) == 0 && e >= 1 && e <= 253) job.inv = 1.0f / scale;
+  codecs().decode[kind_of(f)](job);
 }
 
 }  // namespace

@@ -67,13 +67,16 @@ TEST_P(EveryFormat, BatchDecodeEqualsScalarBitwise) {
   fusedcoll::decode(f.wire, codes.data() + elem, out.data() + 1, n);
   for (std::uint32_t c = 0; c < n; ++c)
     ASSERT_EQ(bits(out[c + 1]), bits(fctest::lib_decode(f, c))) << f.name << " code " << hex(c);
-  // Scaled: decode(c) / s, one IEEE division.
-  const float s = 3.0f;
-  fusedcoll::decode_scaled(f.wire, codes.data() + elem, out.data() + 1, n, s);
-  for (std::uint32_t c = 0; c < n; ++c) {
-    const float want = fctest::lib_decode(f, c) / s;
-    ASSERT_TRUE(bits(out[c + 1]) == bits(want) || (std::isnan(want) && std::isnan(out[c + 1])))
-        << f.name << " scaled code " << hex(c);
+  // Scaled: decode(c) / s, one IEEE division; also for the power-of-two scales that the codecs
+  // divide by multiplying with the exact reciprocal (2^127 is divided: its reciprocal is
+  // subnormal).
+  for (const float s : {3.0f, 0.25f, 0x1p100f, 0x1p-100f, 0x1p-126f, 0x1p126f, 0x1p127f}) {
+    fusedcoll::decode_scaled(f.wire, codes.data() + elem, out.data() + 1, n, s);
+    for (std::uint32_t c = 0; c < n; ++c) {
+      const float want = fctest::lib_decode(f, c) / s;
+      ASSERT_TRUE(bits(out[c + 1]) == bits(want) || (std::isnan(want) && std::isnan(out[c + 1])))
+          << f.name << " scaled by " << s << ", code " << hex(c);
+    }
   }
 }
 
