@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fusedcoll/compression.hpp"
+#include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/detail/wire.hpp"
 
 namespace fusedcoll {
@@ -297,6 +298,50 @@ void wire_round_trip(const WirePlan& plan, float* x, std::int64_t first, std::in
   tmp.resize(static_cast<std::size_t>(n) * plan.elem());
   wire_encode(plan, x, first, n, tmp.data());
   wire_decode(plan, tmp.data(), first, n, x);
+}
+
+void wire_reduce(const WirePlan& plan, ReduceOp op, const std::vector<WireSource>& sources,
+                 std::int64_t first, std::int64_t n, int divide_by, void* fin, float* out) {
+  FC_ENFORCE(!sources.empty(), "wire_reduce: no sources");
+  // 2048 elements: the partial result, one operand and a round trip's wire bytes stay in L1.
+  constexpr std::int64_t kBlock = 2048;
+  alignas(64) float acc[kBlock];
+  alignas(64) float val[kBlock];
+  alignas(64) std::byte tmp[kBlock * sizeof(float)];
+  const std::size_t we = plan.elem();
+  auto* fin_bytes = static_cast<std::byte*>(fin);
+  for (std::int64_t b = 0; b < n; b += kBlock) {
+    const std::int64_t m = std::min(kBlock, n - b);
+    const std::int64_t at = first + b;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const WireSource& src = sources[i];
+      float* dst = i == 0 ? acc : val;
+      const float* v = dst;
+      switch (src.kind) {
+        case WireSource::Kind::wire:
+          wire_decode(plan, static_cast<const std::byte*>(src.data) + static_cast<std::size_t>(b) * we,
+                      at, m, dst);
+          break;
+        case WireSource::Kind::round_trip:
+          wire_encode(plan, static_cast<const float*>(src.data) + b, at, m, tmp);
+          wire_decode(plan, tmp, at, m, dst);
+          break;
+        case WireSource::Kind::plain:
+          v = static_cast<const float*>(src.data) + b;
+          if (i == 0) std::memcpy(acc, v, static_cast<std::size_t>(m) * sizeof(float));
+          break;
+      }
+      if (i > 0) reduce_into(acc, v, m, DType::f32, op);
+    }
+    if (divide_by > 0) finish_average(acc, m, DType::f32, divide_by);
+    if (fin != nullptr) {
+      std::byte* f = fin_bytes + static_cast<std::size_t>(b) * we;
+      wire_encode(plan, acc, at, m, f);
+      wire_decode(plan, f, at, m, out + b);
+    } else {
+      std::memcpy(out + b, acc, static_cast<std::size_t>(m) * sizeof(float));
+    }
+  }
 }
 
 std::vector<float> contribution(const void* send, std::int64_t count, ReduceOp op,

@@ -23,6 +23,7 @@ namespace fusedcoll::emu::ops {
 namespace {
 
 using fusedcoll::detail::WirePlan;
+using fusedcoll::detail::WireSource;
 
 /// The cost model's view of encoding / decoding `n` values with `plan`.
 model::Work enc_work(const WirePlan& plan, int64_t n) {
@@ -89,7 +90,7 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
   rk.launch(spec.key, grid_for(rk, phase_max), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
-    std::vector<float> acc, val;
+    std::vector<WireSource> srcs(static_cast<std::size_t>(P));
     // 1. Scatter: encode this rank's slice of part q and put it into owner q's row `me`.
     for (std::size_t i = w; i < scatter.size(); i += G) {
       const int q = scatter[i].peer, t = scatter[i].tile;
@@ -102,52 +103,33 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
       wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, we), enc.data(), enc.size(),
                     in_slot + t, SignalOp::add, 1);
     }
-    // 2. Reduce part me: decode every contribution (own: encoded and decoded here), fold in
-    //    rank order in f32.
+    // 2. Reduce part me in one fused pass: decode every contribution (own: encoded and decoded
+    //    here), fold in rank order in f32; with gather, encode the finished tile for the peers
+    //    and decode it into recv.
     for (std::size_t i = w; i < reduce.size(); i += G) {
       const int t = reduce[i].tile;
       co_await wg.wait_until(in_slot + t, Cmp::ge, in_target[t]);
       const Span s = tile_of(spec.len[me], te, t);
       const int64_t first = spec.off[me] + s.begin;
       const std::size_t wbytes = bytes_of(s.length, we);
-      acc.resize(static_cast<std::size_t>(s.length));
-      val.resize(static_cast<std::size_t>(s.length));
-      wg.compute("reduce",
-                 {enc_work(plan, s.length), dec_work(plan, s.length * P),
-                  model::reduce(s.length * (P - 1))},
-                 [&] {
-        auto value_of = [&](int p, float* dst) {
-          if (p == me) {
-            std::copy_n(spec.y + first, s.length, dst);
-            fusedcoll::detail::wire_round_trip(plan, dst, first, s.length, enc);
-          } else {
-            fusedcoll::detail::wire_decode(
-                plan, wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, we), wbytes), first,
-                s.length, dst);
-          }
-        };
-        value_of(0, acc.data());
-        for (int p = 1; p < P; ++p) {
-          value_of(p, val.data());
-          fusedcoll::detail::reduce_into(acc.data(), val.data(), s.length, DType::f32, spec.op);
-        }
-        if (fusedcoll::detail::divides_after(spec.op, spec.wire))
-          fusedcoll::detail::finish_average(acc.data(), s.length, DType::f32, P);
+      for (int p = 0; p < P; ++p)
+        srcs[p] = p == me ? WireSource{WireSource::Kind::round_trip, spec.y + first}
+                          : WireSource{WireSource::Kind::wire,
+                                       wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, we),
+                                               wbytes)};
+      std::byte* fin = spec.gather ? wg.local(out) + bytes_of(first, we) : nullptr;
+      const int divide = fusedcoll::detail::divides_after(spec.op, spec.wire) ? P : 0;
+      const auto cost = model::wire_reduce(plan.format, s.length, !plan.scales.empty(), P - 1, 1, 0,
+                                           spec.gather);
+      wg.compute("reduce", {cost[0], cost[1], cost[2]}, [&] {
+        fusedcoll::detail::wire_reduce(plan, spec.op, srcs, first, s.length, divide, fin,
+                                       spec.gather ? spec.recv + first : spec.recv + s.begin);
       });
-      if (spec.gather) {
-        std::byte* fin = wg.local(out) + bytes_of(first, we);
-        wg.compute("encode", {enc_work(plan, s.length)},
-                   [&] { fusedcoll::detail::wire_encode(plan, acc.data(), first, s.length, fin); });
+      if (spec.gather)
         for (int q : order)
           if (q != me)
             wg.put_signal(q, out, bytes_of(first, we), fin, wbytes, out_slot + me * kMaxTiles + t,
                           SignalOp::add, 1);
-        wg.compute("decode", {dec_work(plan, s.length)}, [&] {
-          fusedcoll::detail::wire_decode(plan, fin, first, s.length, spec.recv + first);
-        });
-      } else {
-        copy_span(wg, spec.recv + s.begin, acc.data(), bytes_of(s.length, sizeof(float)));
-      }
     }
     // 3. Gather: decode the other owners' finished parts as their tiles arrive.
     for (std::size_t i = w; i < collect.size(); i += G) {
@@ -223,11 +205,15 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         float* a = acc.data() + region(s) + sp.begin;
         const std::byte* got =
             wg.read(rs, bytes_of(region(s) + sp.begin, we), bytes_of(sp.length, we));
-        wg.compute("reduce", {dec_work(plan, sp.length), model::reduce(sp.length)}, [&] {
-          fusedcoll::detail::wire_decode(plan, got, first, sp.length, a);
-          fusedcoll::detail::reduce_into(a, y + first, sp.length, DType::f32, args.op);
-          if (s == steps - 1 && fusedcoll::detail::divides_after(args.op, args.wire))
-            fusedcoll::detail::finish_average(a, sp.length, DType::f32, P);
+        const int divide =
+            s == steps - 1 && fusedcoll::detail::divides_after(args.op, args.wire) ? P : 0;
+        const auto cost =
+            model::wire_reduce(plan.format, sp.length, !plan.scales.empty(), 1, 0, 1, false);
+        wg.compute("reduce", {cost[0], cost[1], cost[2]}, [&] {
+          fusedcoll::detail::wire_reduce(plan, args.op,
+                                         {{WireSource::Kind::wire, got},
+                                          {WireSource::Kind::plain, y + first}},
+                                         first, sp.length, divide, nullptr, a);
         });
       }
     }
@@ -242,17 +228,22 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         const std::size_t bytes = bytes_of(sp.length, we);
         const std::byte* src;
         if (g == 0) {
+          // Encoded and decoded into recv in one pass.
           std::byte* mine = wg.local(ag) + bytes_of(at, we);
-          wg.compute("encode", {enc_work(plan, sp.length)},
-                     [&] { fusedcoll::detail::wire_encode(plan, fin + sp.begin, at, sp.length, mine); });
+          const auto cost =
+              model::wire_reduce(plan.format, sp.length, !plan.scales.empty(), 0, 0, 1, true);
+          wg.compute("encode", {cost[0], cost[1], cost[2]}, [&] {
+            fusedcoll::detail::wire_reduce(plan, args.op, {{WireSource::Kind::plain, fin + sp.begin}},
+                                           at, sp.length, 0, mine, recv + at);
+          });
           src = mine;
         } else {
           co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
                                  ag_target[(g - 1) * nt + t]);
           src = wg.read(ag, bytes_of(at, we), bytes);
+          wg.compute("decode", {dec_work(plan, sp.length)},
+                     [&] { fusedcoll::detail::wire_decode(plan, src, at, sp.length, recv + at); });
         }
-        wg.compute("decode", {dec_work(plan, sp.length)},
-                   [&] { fusedcoll::detail::wire_decode(plan, src, at, sp.length, recv + at); });
         wg.put_signal(next, ag, bytes_of(at, we), src, bytes, ag_slot + g * kMaxTiles + t,
                       SignalOp::add, 1);
       }

@@ -123,6 +123,18 @@ Work decode(WireFormat format, std::int64_t count, bool scaled) {
           d(count) * d(4 + static_cast<std::int64_t>(wire_size(format)))};
 }
 
+std::array<Work, 3> wire_reduce(WireFormat format, std::int64_t count, bool scaled, int wire,
+                                int round_trip, int plain, bool encode_result) {
+  require(wire >= 0 && round_trip >= 0 && plain >= 0 && wire + round_trip + plain > 0,
+          "wire_reduce: bad source counts");
+  const CodecCost c = codec_cost(format);
+  const double n = d(count), w = d(static_cast<std::int64_t>(wire_size(format)));
+  const double s = scaled ? 1 : 0, out = encode_result ? 1 : 0;
+  return {Work{c.encode, n * (c.encode_ops + s) * (round_trip + out), n * (4 * round_trip + w * out)},
+          Work{c.decode, n * (c.decode_ops + s) * (wire + round_trip + out), n * (w * wire + 4 * out)},
+          Work{Kernel::reduce, n * (wire + round_trip + plain - 1), n * 4 * (plain + 1 - out)}};
+}
+
 double seconds(const Preset& p, const Work& w) {
   const double rate = p.device.cu_gflops * 1e9;
   const double bandwidth = p.device.memory_gbps * 1e9 / p.device.compute_units;

@@ -54,6 +54,29 @@ void wire_decode(const WirePlan& plan, const void* in, std::int64_t first, std::
 void wire_round_trip(const WirePlan& plan, float* x, std::int64_t first, std::int64_t n,
                      std::vector<std::byte>& tmp);
 
+/// One operand of `wire_reduce`.
+struct WireSource {
+  enum class Kind : std::uint8_t {
+    wire,        ///< encoded elements, decoded: a contribution that crossed the wire
+    round_trip,  ///< f32 values taken through `decode(encode(.))`: an owner's own contribution
+    plain        ///< f32 values as they are: the ring's own value, added unencoded
+  };
+  Kind kind = Kind::wire;
+  const void* data = nullptr;  ///< the run's first element (wire bytes or floats)
+};
+
+/// The fused reduction step of a compressed collective, over elements `first .. first + n`:
+/// `acc = v_0 ⊕ v_1 ⊕ … ⊕ v_{k−1}`, folded left to right in f32 with `op` (reduce_into's
+/// operand order), `v_i` the value of `sources[i]`; then `acc / (float)divide_by` when
+/// `divide_by > 0` (finish_average); then, with `fin`, `acc` is encoded into `fin` (n wire
+/// elements) and `out` receives its decode, `rt(acc)`; without, `out` receives `acc`. One pass
+/// over cache-sized blocks, so no decoded operand or partial result goes through memory; the bits
+/// are those of the unfused wire_decode / wire_round_trip / reduce_into / finish_average /
+/// wire_encode / wire_decode sequence. `out` may be a plain source (same elements), nothing else
+/// may overlap.
+void wire_reduce(const WirePlan& plan, ReduceOp op, const std::vector<WireSource>& sources,
+                 std::int64_t first, std::int64_t n, int divide_by, void* fin, float* out);
+
 /// The values a rank contributes to a compressed reduction: its f32 input, divided by P (f32
 /// division) when `avg` with `predivide`.
 std::vector<float> contribution(const void* send, std::int64_t count, ReduceOp op,
