@@ -337,7 +337,7 @@ void wire_reduce(const WirePlan& plan, ReduceOp op, const std::vector<WireSource
     if (fin != nullptr) {
       std::byte* f = fin_bytes + static_cast<std::size_t>(b) * we;
       wire_encode(plan, acc, at, m, f);
-      wire_decode(plan, f, at, m, out + b);
+      if (out != nullptr) wire_decode(plan, f, at, m, out + b);
     } else {
       std::memcpy(out + b, acc, static_cast<std::size_t>(m) * sizeof(float));
     }

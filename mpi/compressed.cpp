@@ -128,17 +128,16 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
   });
   wait_all_peers(rt, in, key.c_str());
   const int64_t first = off[me];
+  const int divide = fusedcoll::detail::divides_after(op, wire) ? P : 0;
+  std::vector<fusedcoll::detail::WireSource> rows(static_cast<std::size_t>(P));
   for_pieces(rt, len[me], [&](int64_t o, int64_t n) {
     float* acc = piece_buffer(0, n);
-    float* val = piece_buffer(1, n);
-    for (int p = 0; p < P; ++p) {
-      const char* row = p == me ? rt.data() + stage_at + wbytes(first + o, plan)
-                                : rt.data() + inbox_at + wbytes(int64_t{p} * maxc + o, plan);
-      fusedcoll::detail::wire_decode(plan, row, first + o, n, p == 0 ? acc : val);
-      if (p > 0) fusedcoll::detail::reduce_into(acc, val, n, DType::f32, op);
-    }
-    if (fusedcoll::detail::divides_after(op, wire))
-      fusedcoll::detail::finish_average(acc, n, DType::f32, P);
+    for (int p = 0; p < P; ++p)
+      rows[p] = {fusedcoll::detail::WireSource::Kind::wire,
+                 p == me ? rt.data() + stage_at + wbytes(first + o, plan)
+                         : rt.data() + inbox_at + wbytes(int64_t{p} * maxc + o, plan)};
+    // One fused pass (decode, fold, avg) instead of a decode and a reduce per row.
+    fusedcoll::detail::wire_reduce(plan, op, rows, first + o, n, divide, nullptr, acc);
     done(o, n, acc);
   });
 }
@@ -170,8 +169,9 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
 void finish_piece(Runtime& rt, std::size_t gather_at, const WirePlan& plan, int64_t at,
                   int64_t n, const float* acc, float* recv) {
   char* fin = rt.data() + gather_at + wbytes(at, plan);
-  fusedcoll::detail::wire_encode(plan, acc, at, n, fin);
-  fusedcoll::detail::wire_decode(plan, fin, at, n, recv + at);
+  fusedcoll::detail::wire_reduce(plan, ReduceOp::sum,
+                                 {{fusedcoll::detail::WireSource::Kind::plain, acc}}, at, n, 0, fin,
+                                 recv + at);
 }
 
 void all_reduce_direct_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
@@ -227,15 +227,15 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
     for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
       const int64_t at = ch.offset + o;
       float* acc = piece_buffer(0, n);
-      fusedcoll::detail::wire_decode(plan, got + wbytes(o, plan), at, n, acc);
-      fusedcoll::detail::reduce_into(acc, y + at, n, DType::f32, a.op);
-      if (!last) {
-        fusedcoll::detail::wire_encode(plan, acc, at, n, stage + wbytes(o, plan));
-        return;
-      }
-      if (fusedcoll::detail::divides_after(a.op, a.wire))
-        fusedcoll::detail::finish_average(acc, n, DType::f32, P);
-      finish_piece(rt, gather_at, plan, at, n, acc, recv);
+      // Decode, add the own value and (last step) divide in one pass; re-encode for the next rank
+      // or finish the chunk.
+      const int divide = last && fusedcoll::detail::divides_after(a.op, a.wire) ? P : 0;
+      fusedcoll::detail::wire_reduce(plan, a.op,
+                                     {{fusedcoll::detail::WireSource::Kind::wire, got + wbytes(o, plan)},
+                                      {fusedcoll::detail::WireSource::Kind::plain, y + at}},
+                                     at, n, divide, last ? nullptr : stage + wbytes(o, plan),
+                                     last ? acc : nullptr);
+      if (last) finish_piece(rt, gather_at, plan, at, n, acc, recv);
     });
     if (!last) {
       rt.put(next, step_at + wbytes(maxc * (s + 1), plan), stage, wbytes(ch.length, plan));

@@ -69,7 +69,8 @@ struct WireSource {
 /// `acc = v_0 ⊕ v_1 ⊕ … ⊕ v_{k−1}`, folded left to right in f32 with `op` (reduce_into's
 /// operand order), `v_i` the value of `sources[i]`; then `acc / (float)divide_by` when
 /// `divide_by > 0` (finish_average); then, with `fin`, `acc` is encoded into `fin` (n wire
-/// elements) and `out` receives its decode, `rt(acc)`; without, `out` receives `acc`. One pass
+/// elements) and `out`, unless null, receives its decode, `rt(acc)`; without, `out` receives
+/// `acc`. One pass
 /// over cache-sized blocks, so no decoded operand or partial result goes through memory; the bits
 /// are those of the unfused wire_decode / wire_round_trip / reduce_into / finish_average /
 /// wire_encode / wire_decode sequence. `out` may be a plain source (same elements), nothing else
