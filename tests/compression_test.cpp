@@ -21,6 +21,8 @@
 #include "common/codec_ref.hpp"
 #include "common/errors.hpp"
 #include "fusedcoll/compression.hpp"
+#include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/detail/wire.hpp"
 #include "fusedcoll/inputs.hpp"
 
 namespace {
@@ -439,6 +441,80 @@ TEST(CompressionObject, ErrorFeedbackDropsNonFiniteResiduals) {
   std::vector<float> four(4);
   EXPECT_INVALID(ef.apply(four), "changed size");
   EXPECT_INVALID(ef.update(four, four), "changed size");
+}
+
+// detail::wire_reduce, the fused step of the compressed reductions, against the unfused sequence
+// of codec and reduction calls it replaces: same bits for every format, scaling, op, source kind
+// and position, over several of its blocks with a tail, with and without the final round trip.
+TEST(WireReduce, SameBitsAsTheUnfusedPasses) {
+  namespace d = fusedcoll::detail;
+  using K = d::WireSource::Kind;
+  const std::int64_t n = 5000, first = 123;
+  std::vector<std::vector<float>> y(4, std::vector<float>(n));
+  for (int r = 0; r < 4; ++r) {
+    fusedcoll::fill_values(y[r].data(), n, fusedcoll::DType::f32, 7, r, 0,
+                           fusedcoll::ValueMode::random);
+    for (std::int64_t i = 0; i < n; i += 97) y[r][i] *= 1e5f;  // overflows unscaled fp8
+  }
+  for (const CodecFormat* f : fctest::kAllFormats) {
+    for (int scaling = 0; scaling < 3; ++scaling) {
+      fusedcoll::CompressionOptions o{.format = f->wire};
+      o.scaling = scaling == 0 ? fusedcoll::Scaling::none
+                               : (scaling == 1 ? fusedcoll::Scaling::per_tensor
+                                               : fusedcoll::Scaling::per_block);
+      o.block = 1000;
+      o.pow2_scale = scaling == 1;
+      std::vector<float> amax = d::empty_amax(o);
+      for (const auto& v : y) d::accumulate_amax(o, amax, v.data(), first, n);
+      const d::WirePlan plan = d::make_plan(o, amax, 4.0f);
+      std::vector<std::vector<std::byte>> wire(4, std::vector<std::byte>(n * plan.elem()));
+      for (int r = 0; r < 4; ++r) d::wire_encode(plan, y[r].data(), first, n, wire[r].data());
+      for (fusedcoll::ReduceOp op : {fusedcoll::ReduceOp::sum, fusedcoll::ReduceOp::max,
+                                     fusedcoll::ReduceOp::min, fusedcoll::ReduceOp::avg}) {
+        const std::vector<std::vector<K>> shapes = {
+            {K::round_trip, K::wire, K::wire, K::wire}, {K::wire, K::wire, K::round_trip, K::wire},
+            {K::wire, K::plain}, {K::plain, K::round_trip}, {K::plain}, {K::round_trip}};
+        for (const auto& shape : shapes) {
+          // Unfused: decode / round trip each source into a buffer, fold, divide, round trip.
+          std::vector<float> acc(n), val(n);
+          std::vector<std::byte> tmp;
+          std::vector<d::WireSource> srcs;
+          for (std::size_t i = 0; i < shape.size(); ++i) {
+            float* dst = i == 0 ? acc.data() : val.data();
+            if (shape[i] == K::wire) {
+              d::wire_decode(plan, wire[i].data(), first, n, dst);
+              srcs.push_back({K::wire, wire[i].data()});
+            } else {
+              std::copy_n(y[i].data(), n, dst);
+              if (shape[i] == K::round_trip) d::wire_round_trip(plan, dst, first, n, tmp);
+              srcs.push_back({shape[i], y[i].data()});
+            }
+            if (i > 0) d::reduce_into(acc.data(), val.data(), n, fusedcoll::DType::f32, op);
+          }
+          const int divide = op == fusedcoll::ReduceOp::avg ? 4 : 0;
+          if (divide) d::finish_average(acc.data(), n, fusedcoll::DType::f32, divide);
+          std::vector<std::byte> want_fin(n * plan.elem());
+          d::wire_encode(plan, acc.data(), first, n, want_fin.data());
+          std::vector<float> want_rt(n);
+          d::wire_decode(plan, want_fin.data(), first, n, want_rt.data());
+
+          const std::string what = std::string(f->name) + " scaling " + std::to_string(scaling) +
+                                   " op " + std::to_string(static_cast<int>(op)) + " sources " +
+                                   std::to_string(shape.size());
+          std::vector<float> out(n, -1.0f);
+          d::wire_reduce(plan, op, srcs, first, n, divide, nullptr, out.data());
+          EXPECT_EQ(std::memcmp(out.data(), acc.data(), n * 4), 0) << what << ": no final round trip";
+          std::vector<std::byte> fin(n * plan.elem());
+          d::wire_reduce(plan, op, srcs, first, n, divide, fin.data(), out.data());
+          EXPECT_EQ(std::memcmp(fin.data(), want_fin.data(), fin.size()), 0) << what << ": fin";
+          EXPECT_EQ(std::memcmp(out.data(), want_rt.data(), n * 4), 0) << what << ": rt(acc)";
+          std::fill(fin.begin(), fin.end(), std::byte{0});
+          d::wire_reduce(plan, op, srcs, first, n, divide, fin.data(), nullptr);
+          EXPECT_EQ(std::memcmp(fin.data(), want_fin.data(), fin.size()), 0) << what << ": fin only";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

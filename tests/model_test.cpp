@@ -75,6 +75,28 @@ TEST(Model, WorkOfEachKernel) {
   EXPECT_EQ(m::decode(fc::WireFormat::fp8_e4m3, 1000, true).flops,
             m::decode(fc::WireFormat::fp8_e4m3, 1000, false).flops + 1000);
   EXPECT_EQ(m::encode(fc::WireFormat::none, 1000).kernel, m::Kernel::copy);
+  // The fused owner step of a direct AllReduce, P = 4, f16: three rows decoded, the own one
+  // round-tripped, the result encoded and decoded; only sources and outputs reach memory.
+  const auto fused = m::wire_reduce(fc::WireFormat::f16, 1000, false, 3, 1, 0, true);
+  EXPECT_EQ(fused[0].kernel, m::Kernel::encode_f16);
+  EXPECT_EQ(fused[0].flops, 2.0 * 2 * 1000);
+  EXPECT_EQ(fused[0].bytes, (4.0 + 2.0) * 1000);
+  EXPECT_EQ(fused[1].kernel, m::Kernel::decode_f16);
+  EXPECT_EQ(fused[1].flops, 1.0 * 5 * 1000);
+  EXPECT_EQ(fused[1].bytes, (2.0 * 3 + 4.0) * 1000);
+  EXPECT_EQ(fused[2].kernel, m::Kernel::reduce);
+  EXPECT_EQ(fused[2].flops, 3.0 * 1000);
+  EXPECT_EQ(fused[2].bytes, 0.0);
+  // The ring's fold: one row decoded plus the own f32 value, the sum stored as f32.
+  const auto ring = m::wire_reduce(fc::WireFormat::fp8_e4m3, 1000, true, 1, 0, 1, false);
+  EXPECT_EQ(ring[0].flops, 0.0);
+  EXPECT_EQ(ring[1].flops, 11.0 * 1000);
+  EXPECT_EQ(ring[1].bytes, 1000.0);
+  EXPECT_EQ(ring[2].bytes, 8.0 * 1000);
+  EXPECT_THROW((void)m::wire_reduce(fc::WireFormat::f16, 1000, false, 0, 0, 0, true),
+               fc::InvalidArgument);
+  EXPECT_THROW((void)m::wire_reduce(fc::WireFormat::none, 1000, false, 1, 0, 0, true),
+               fc::InvalidArgument);
 }
 
 TEST(Model, RooflineByHand) {
