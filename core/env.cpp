@@ -70,6 +70,33 @@ Env Env::from_environment() {
       e.problems.push_back(detail::make_string("FUSEDCOLL_MPI_TRANSPORT='", s,
                                                "' is not one of auto, rma, p2p"));
   }
+  if (const char* v = std::getenv("FUSEDCOLL_MPI_HIERARCHY")) {
+    const std::string_view s(v);
+    if (s == "auto" || s.empty()) e.mpi_hierarchy = MpiHierarchy::automatic;
+    else if (s == "off") e.mpi_hierarchy = MpiHierarchy::off;
+    else if (s == "on") e.mpi_hierarchy = MpiHierarchy::on;
+    else
+      e.problems.push_back(detail::make_string("FUSEDCOLL_MPI_HIERARCHY='", s,
+                                               "' is not one of auto, off, on"));
+  }
+  if (const char* v = std::getenv("FUSEDCOLL_MPI_HOSTS")) {
+    std::vector<int> hosts;
+    bool ok = true;
+    for (const char* p = v; *p != '\0';) {
+      char* end = nullptr;
+      const long h = std::strtol(p, &end, 10);
+      if (end == p || h < 0 || h > 1000000 || (*end != ',' && *end != '\0')) {
+        ok = false;
+        break;
+      }
+      hosts.push_back(static_cast<int>(h));
+      p = *end == ',' ? end + 1 : end;
+    }
+    if (ok) e.mpi_hosts = std::move(hosts);
+    else
+      e.problems.push_back(detail::make_string(
+          "FUSEDCOLL_MPI_HOSTS='", v, "' is not a comma-separated list of host numbers"));
+  }
   if (const char* v = std::getenv("FUSEDCOLL_CHECK_PROTOCOL")) {
     const std::string_view s(v);
     if (s == "1" || s == "on") e.check_protocol = true;

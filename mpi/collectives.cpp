@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fusedcoll/detail/kernels.hpp"
+#include "fusedcoll/env.hpp"
 #include "mpi/ops.hpp"
 
 namespace fusedcoll::mpi {
@@ -126,7 +127,161 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
   gather_chunks(rt, gather_at, a, land);
 }
 
+/// The direct AllReduce as a chain of host segments (docs/mpi.md, "Across hosts"). The buffer is
+/// cut into pieces; piece j's running value starts at segment 0 as v_0 and crosses the segments in
+/// rank order, each adding its ranks' values in rank order, so every element is folded exactly
+/// as `direct` folds it: acc = v_0; acc = acc op v_1; ...; acc = acc op v_{P-1}. In segment k,
+/// piece j is carried by rank first + j mod (segment size), to which the segment's other ranks
+/// put their values of j. The last segment's carrier (the producer) puts the finished piece to
+/// every rank on its host and to one relay rank on every other host, which forwards it to its
+/// host's ranks. So each finished piece crosses into a host once, and a running value crosses
+/// each segment boundary once: with two hosts in blocks, ~N bytes per link direction each way,
+/// where the flat schedule sends ~2N. Pieces pipeline: a rank carries piece t, then finishes
+/// (receives, relays, copies out) piece t - kLag, so the chain never waits for the way back.
+void all_reduce_chain(Runtime& rt, const AllReduceArgs& a, const Topology& t) {
+  const int me = rt.rank();
+  const std::size_t es = dtype_size(a.dtype);
+  const int S = static_cast<int>(t.seg_first.size());
+  const int k = t.seg_of[me], first = t.seg_first[k], L = t.seg_last[k] - first + 1;
+  const int my_host = t.seg_host[k], prod_host = t.seg_host[S - 1];
+  constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
+  constexpr int kLag = 4;
+  const int K = static_cast<int>(std::min<std::int64_t>(
+      a.count, std::max<std::int64_t>(t.max_local,
+                                      ceil_div(static_cast<std::int64_t>(nbytes(a.count, es)),
+                                               static_cast<std::int64_t>(kPieceBytes)))));
+  // Window: [ running values in: count | finished: count | segment mates' values: rows ]
+  const std::size_t acc_at = 0, fin_at = nbytes(a.count, es), row_at = 2 * fin_at;
+  rt.reserve(row_at + nbytes(a.count * std::max(t.max_local - 1, 1), es));
+  const int local = rt.slots("all_reduce.chain.local", rt.size());
+  const int run = rt.slots("all_reduce.chain.acc", rt.size());
+  const int done = rt.slots("all_reduce.chain.out", rt.size());
+  auto carrier = [&](int seg, int j) { return t.seg_first[seg] + j % (t.seg_last[seg] - t.seg_first[seg] + 1); };
+  auto relay = [&](int host, int j) {
+    const auto& on = t.ranks[host];
+    return on[static_cast<std::size_t>(j) % on.size()];
+  };
+  // Row of mate m's values in carrier c's window (its own value never travels).
+  auto row = [&](int m, int c) { return static_cast<std::int64_t>(m < c ? m - first : m - first - 1); };
+  auto piece = [&](int j) { return chunk_of(a.count, K, j); };
+  auto fin = [&](const Chunk& p) { return rt.data() + fin_at + nbytes(p.offset, es); };
+  auto put_finished = [&](int q, const Chunk& p) {
+    rt.put(q, fin_at + nbytes(p.offset, es), fin(p), nbytes(p.length, es));
+    rt.signal(q, done + me);
+  };
+  auto give_value = [&](int j) {
+    const int c = carrier(k, j);
+    if (c == me) return;
+    const Chunk p = piece(j);
+    rt.put(c, row_at + nbytes(row(me, c) * a.count + p.offset, es), at(a.send, p.offset, es),
+           nbytes(p.length, es));
+    rt.signal(c, local + me);
+  };
+  auto carry = [&](int j) {
+    if (carrier(k, j) != me) return;
+    const Chunk p = piece(j);
+    if (k > 0)
+      rt.wait(run + carrier(k - 1, j), rt.expect(run + carrier(k - 1, j), 1),
+              detail::make_string("all_reduce.chain piece ", j, " from rank ", carrier(k - 1, j)));
+    for (int m = first; m < first + L; ++m)
+      if (m != me)
+        rt.wait(local + m, rt.expect(local + m, 1),
+                detail::make_string("all_reduce.chain piece ", j, "'s values from rank ", m));
+    auto value = [&](int m) -> const char* {
+      return m == me ? at(a.send, p.offset, es)
+                     : rt.data() + row_at + nbytes(row(m, me) * a.count + p.offset, es);
+    };
+    char* acc = fin(p);
+    const std::int64_t n = p.length;
+    const std::size_t bytes = nbytes(n, es);
+    copy_bytes(acc, k == 0 ? value(first) : rt.data() + acc_at + nbytes(p.offset, es), bytes);
+    for (int m = k == 0 ? first + 1 : first; m < first + L; ++m)
+      detail::reduce_into(acc, value(m), n, a.dtype, a.op);
+    if (k + 1 < S) {
+      const int next = carrier(k + 1, j);
+      rt.put(next, acc_at + nbytes(p.offset, es), acc, bytes);
+      rt.signal(next, run + me);
+      return;
+    }
+    if (a.op == ReduceOp::avg) detail::finish_average(acc, n, a.dtype, rt.size());
+    for (int q : t.ranks[my_host])
+      if (q != me) put_finished(q, p);
+    for (int h = 0; h < static_cast<int>(t.ranks.size()); ++h)
+      if (h != my_host) put_finished(relay(h, j), p);
+    copy_bytes(at(a.recv, p.offset, es), acc, bytes);
+  };
+  auto finish = [&](int j) {
+    const int producer = carrier(S - 1, j);
+    if (producer == me) return;
+    const Chunk p = piece(j);
+    const bool relaying = my_host != prod_host && relay(my_host, j) == me;
+    const int from = my_host == prod_host || relaying ? producer : relay(my_host, j);
+    rt.wait(done + from, rt.expect(done + from, 1),
+            detail::make_string("all_reduce.chain finished piece ", j, " from rank ", from));
+    if (relaying)
+      for (int q : t.ranks[my_host])
+        if (q != me) put_finished(q, p);
+    copy_bytes(at(a.recv, p.offset, es), fin(p), nbytes(p.length, es));
+  };
+  // In place, recv[j] is written only once piece j is finished, i.e. after every rank's value of
+  // j has been folded (and so received).
+  give_value(0);
+  for (int j = 0; j < K + kLag; ++j) {
+    if (j + 1 < K) give_value(j + 1);
+    if (j < K) carry(j);
+    if (j >= kLag) finish(j - kLag);
+  }
+}
+
 }  // namespace
+
+Topology topology(const Runtime& rt) {
+  Topology t;
+  const auto& host = rt.host_of();
+  const int P = rt.size();
+  for (int r = 0; r < P; ++r) {
+    const int h = host[static_cast<std::size_t>(r)];
+    if (static_cast<int>(t.ranks.size()) <= h) t.ranks.resize(static_cast<std::size_t>(h) + 1);
+    t.ranks[h].push_back(r);
+    if (r == 0 || host[r - 1] != h) {
+      t.seg_first.push_back(r);
+      t.seg_last.push_back(r);
+      t.seg_host.push_back(h);
+    }
+    t.seg_last.back() = r;
+    t.seg_of.push_back(static_cast<int>(t.seg_first.size()) - 1);
+  }
+  for (const auto& on : t.ranks) t.max_local = std::max(t.max_local, static_cast<int>(on.size()));
+  return t;
+}
+
+bool chain_all_reduce(const Runtime& rt, const Topology& t) {
+  const auto mode = env().mpi_hierarchy;
+  if (mode != Env::MpiHierarchy::automatic) return mode == Env::MpiHierarchy::on;
+  const int P = rt.size(), H = static_cast<int>(t.ranks.size());
+  const int S = static_cast<int>(t.seg_first.size());
+  if (H < 2) return false;
+  // Pieces of N bytes leaving each host, in units of N / P. Chain: a running value per segment
+  // boundary it starts, and the producer's host sends the result to every other host. Flat
+  // (direct): L (P - L) / P of N into owners elsewhere, and as much back in the all-gather.
+  long chain = 0, flat = 0;
+  for (int h = 0; h < H; ++h) {
+    long out = 0;
+    for (int s = 0; s + 1 < S; ++s) out += t.seg_host[s] == h;
+    if (t.seg_host[S - 1] == h) out += H - 1;
+    const long L = static_cast<long>(t.ranks[h].size());
+    chain = std::max(chain, out * P);
+    flat = std::max(flat, 2 * L * (P - L));
+  }
+  return chain < flat;
+}
+
+bool relay_results(const Runtime& rt, const Topology& t) {
+  const auto mode = env().mpi_hierarchy;
+  if (mode != Env::MpiHierarchy::automatic) return mode == Env::MpiHierarchy::on;
+  (void)rt;
+  return t.ranks.size() > 1 && t.max_local > 1;
+}
 
 void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot) {
   put_each(rt, bytes * static_cast<std::size_t>(rt.size() - 1), slot,
@@ -183,8 +338,13 @@ void all_reduce(Runtime& rt, const AllReduceArgs& args) {
     if (args.op == ReduceOp::avg) detail::finish_average(args.recv, args.count, args.dtype, 1);
     return;
   }
-  if (args.algo == AllReduceAlgo::ring)
+  if (args.algo == AllReduceAlgo::ring) {
     all_reduce_ring(rt, args, land);
+    return;
+  }
+  const Topology t = topology(rt);
+  if (chain_all_reduce(rt, t))
+    all_reduce_chain(rt, args, t);
   else
     all_reduce_direct(rt, args, land);
 }

@@ -290,6 +290,29 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
 void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
                      const std::function<const void*(int)>& v);
 
+/// The host structure of the communicator, as the collectives' schedules use it (docs/mpi.md,
+/// "Across hosts"): derived from `Runtime::host_of`, the same on every rank.
+struct Topology {
+  /// Per host, its ranks in increasing order.
+  std::vector<std::vector<int>> ranks;
+  /// Segments: maximal runs of consecutive ranks on one host, in rank order.
+  std::vector<int> seg_first, seg_last, seg_host;
+  /// Per rank, its segment.
+  std::vector<int> seg_of;
+  /// The most ranks on one host.
+  int max_local = 1;
+};
+Topology topology(const Runtime& rt);
+
+/// Whether the direct AllReduce runs as a chain of host segments: FUSEDCOLL_MPI_HIERARCHY, or by
+/// default when the chain moves less over the busiest host link than the flat schedule.
+bool chain_all_reduce(const Runtime& rt, const Topology& t);
+
+/// Whether finished results go once to each other host (one relay rank there forwards them to its
+/// host's ranks) instead of to every rank: FUSEDCOLL_MPI_HIERARCHY, or by default when ranks span
+/// hosts and some host has several.
+bool relay_results(const Runtime& rt, const Topology& t);
+
 void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode);
 void gemv_allreduce(Runtime& rt, const GemvAllReduceArgs& args, Mode mode);
 void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode);

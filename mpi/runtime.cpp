@@ -50,16 +50,41 @@ Runtime::Runtime(MPI_Comm comm, const Options& options)
   FC_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   FC_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   FC_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  // The ranks that share this rank's memory: its host. Named by the lowest rank on it.
+  int local = 0, host = rank_;
+  {
+    MPI_Comm shared = MPI_COMM_NULL;
+    FC_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+    FC_CHECK_MPI(MPI_Comm_size(shared, &local));
+    const int rc = MPI_Allreduce(&rank_, &host, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+    FC_CHECK_MPI(rc);
+  }
   Transport t = options.transport != Transport::automatic ? options.transport : env().mpi_transport;
   if (t == Transport::automatic) {
     // One-sided RMA only where every pair shares memory: across hosts over TCP, Debian's Open MPI
     // has no window (osc/rdma) or one that hangs unless the target drives progress (osc/ucx).
-    MPI_Comm shared = MPI_COMM_NULL;
-    FC_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
-    int local = 0;
-    FC_CHECK_MPI(MPI_Comm_size(shared, &local));
-    MPI_Comm_free(&shared);
     t = local == size_ ? Transport::rma : Transport::p2p;
+  }
+  // Every rank's host (FUSEDCOLL_MPI_HOSTS may declare them) and hierarchy setting: the
+  // collectives' schedules derive from both, so every rank must see the same.
+  {
+    const auto& declared = env().mpi_hosts;
+    if (!declared.empty()) host = declared[static_cast<std::size_t>(rank_) % declared.size()];
+    const int mine[2] = {host, static_cast<int>(env().mpi_hierarchy)};
+    std::vector<int> all(2 * static_cast<std::size_t>(size_));
+    FC_CHECK_MPI(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm_));
+    std::vector<int> names;  // hosts numbered in order of their first rank
+    host_of_.resize(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      if (all[2 * r + 1] != mine[1])
+        throw BackendError(detail::make_string(
+            "fusedcoll mpi: rank ", rank_, ": FUSEDCOLL_MPI_HIERARCHY differs between ranks (rank ",
+            r, " has another value)"));
+      const auto it = std::find(names.begin(), names.end(), all[2 * r]);
+      host_of_[r] = static_cast<int>(it - names.begin());
+      if (it == names.end()) names.push_back(all[2 * r]);
+    }
   }
   // A rank on rma and one on p2p would each wait for what the other never sends.
   int mine[2] = {static_cast<int>(t), -static_cast<int>(t)}, all[2] = {0, 0};

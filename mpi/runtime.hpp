@@ -68,6 +68,10 @@ class Runtime {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   MPI_Comm comm() const noexcept { return comm_; }
+  /// The host of every rank (index = rank), numbered 0, 1, ... in order of each host's first rank:
+  /// the ranks that share memory (MPI_Comm_split_type), or FUSEDCOLL_MPI_HOSTS. The same on every
+  /// rank.
+  const std::vector<int>& host_of() const noexcept { return host_of_; }
 
   /// What this rank's host thread is doing, for timeout messages ("in gemv_allreduce scale_up").
   void set_activity(std::string what) { activity_ = std::move(what); }
@@ -244,6 +248,7 @@ class Runtime {
   std::map<int, Buffer> buffers_;
   int next_buffer_ = 0;
   std::string activity_ = "idle";
+  std::vector<int> host_of_;
   Transport transport_ = Transport::rma;
   // p2p
   struct Freer {

@@ -54,6 +54,21 @@ struct Env {
   /// (one host), p2p otherwise. `mpi::Options::transport` overrides it.
   MpiTransport mpi_transport = MpiTransport::automatic;
 
+  /// Whether the MPI backend's collectives follow the host structure (docs/mpi.md, "Across
+  /// hosts").
+  enum class MpiHierarchy { automatic, off, on };
+  /// `FUSEDCOLL_MPI_HIERARCHY` = `auto` (default) | `off` | `on`: `on` runs the direct AllReduce
+  /// as a chain of host segments (and relays the compressed AllReduce's results once per host);
+  /// `auto` does so when that moves less over the busiest host link than the flat schedule.
+  /// Results are the same bits either way.
+  MpiHierarchy mpi_hierarchy = MpiHierarchy::automatic;
+
+  /// `FUSEDCOLL_MPI_HOSTS` = comma-separated host numbers (default empty: the hosts that
+  /// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) finds): rank r is taken to be on host
+  /// `list[r mod length]`, for the collectives' schedules only (the transport still follows real
+  /// shared memory). Lets one machine run the multi-host schedules, e.g. in tests.
+  std::vector<int> mpi_hosts;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;
