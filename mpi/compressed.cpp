@@ -151,6 +151,46 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
   const Chunk mine = chunk_of(count, P, me);
   const int out = rt.slots("all_reduce.wire.out", P);
   char* gathered = rt.data() + gather_at;
+  const Topology t = topology(rt);
+  if (relay_results(rt, t)) {
+    // Each chunk enters every other host once: its owner puts it to the ranks on its own host and
+    // to one relay rank per other host, which forwards it to its host's ranks (docs/mpi.md,
+    // "Across hosts"). Forwarded chunks have slots of their own (`fwd` + relay), in owner order.
+    const int fwd = rt.slots("all_reduce.wire.relay", P);
+    const auto& host = rt.host_of();
+    const int mine_h = host[me];
+    auto relay = [&](int h, int owner) {
+      const auto& on = t.ranks[h];
+      return on[static_cast<std::size_t>(owner) % on.size()];
+    };
+    auto put_chunk = [&](int q, const Chunk& ch, int slot) {
+      rt.put(q, gather_at + wbytes(ch.offset, plan), gathered + wbytes(ch.offset, plan),
+             wbytes(ch.length, plan));
+      rt.signal(q, slot + me);
+    };
+    for (int h = 0; h < static_cast<int>(t.ranks.size()); ++h)
+      if (h != mine_h) put_chunk(relay(h, me), mine, out);
+    for (int q : t.ranks[mine_h])
+      if (q != me) put_chunk(q, mine, out);
+    for (int p = 0; p < P; ++p) {
+      if (p == me) continue;
+      const Chunk ch = chunk_of(count, P, p);
+      const bool direct = host[p] == mine_h || relay(mine_h, p) == me;
+      const int from = direct ? p : relay(mine_h, p);
+      const int slot = direct ? out : fwd;
+      rt.wait(slot + from, rt.expect(slot + from, 1),
+              detail::make_string(direct ? "all_reduce.wire.out[" : "all_reduce.wire.relay[",
+                                  from, "] (chunk ", p, ")"));
+      if (direct && host[p] != mine_h)
+        for (int q : t.ranks[mine_h])
+          if (q != me) put_chunk(q, ch, fwd);
+      for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
+        fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan),
+                                       ch.offset + o, n, recv + ch.offset + o);
+      });
+    }
+    return;
+  }
   put_to_all(rt, gather_at + wbytes(mine.offset, plan), gathered + wbytes(mine.offset, plan),
              wbytes(mine.length, plan), out);
   for (int p : remote_first(me, P)) {
