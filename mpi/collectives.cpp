@@ -182,11 +182,11 @@ void all_reduce_chain(Runtime& rt, const AllReduceArgs& a, const Topology& t) {
     const Chunk p = piece(j);
     if (k > 0)
       rt.wait(run + carrier(k - 1, j), rt.expect(run + carrier(k - 1, j), 1),
-              detail::make_string("all_reduce.chain piece ", j, " from rank ", carrier(k - 1, j)));
+              detail::make_string("all_reduce.chain piece ", j, " acc[", carrier(k - 1, j), "]"));
     for (int m = first; m < first + L; ++m)
       if (m != me)
         rt.wait(local + m, rt.expect(local + m, 1),
-                detail::make_string("all_reduce.chain piece ", j, "'s values from rank ", m));
+                detail::make_string("all_reduce.chain piece ", j, " local[", m, "]"));
     auto value = [&](int m) -> const char* {
       return m == me ? at(a.send, p.offset, es)
                      : rt.data() + row_at + nbytes(row(m, me) * a.count + p.offset, es);
@@ -217,7 +217,7 @@ void all_reduce_chain(Runtime& rt, const AllReduceArgs& a, const Topology& t) {
     const bool relaying = my_host != prod_host && relay(my_host, j) == me;
     const int from = my_host == prod_host || relaying ? producer : relay(my_host, j);
     rt.wait(done + from, rt.expect(done + from, 1),
-            detail::make_string("all_reduce.chain finished piece ", j, " from rank ", from));
+            detail::make_string("all_reduce.chain piece ", j, " out[", from, "]"));
     if (relaying)
       for (int q : t.ranks[my_host])
         if (q != me) put_finished(q, p);
@@ -324,7 +324,7 @@ void all_reduce(Runtime& rt, const AllReduceArgs& args) {
   std::vector<Landing> land;
   enter(rt, name, args, &land, [&] {
     return args.wire.format == WireFormat::none
-               ? Region{args.recv, nbytes(args.count, dtype_size(args.dtype)), {}}
+               ? Region{args.recv, nbytes(args.count, dtype_size(args.dtype)), {}, true}
                : Region{};
   });
   if (args.wire.format != WireFormat::none) {
@@ -424,7 +424,7 @@ Region recv_region(const AllToAllvArgs& a) {
   std::int64_t extent = 0;
   for (std::size_t p = 0; p < a.recv_counts.size(); ++p)
     if (a.recv_counts[p] > 0) extent = std::max(extent, a.recv_displs[p] + a.recv_counts[p]);
-  return {a.recv, nbytes(extent, dtype_size(a.dtype)), a.recv_displs};
+  return {a.recv, nbytes(extent, dtype_size(a.dtype)), a.recv_displs, true};
 }
 
 }  // namespace

@@ -179,8 +179,8 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
       const int from = direct ? p : relay(mine_h, p);
       const int slot = direct ? out : fwd;
       rt.wait(slot + from, rt.expect(slot + from, 1),
-              detail::make_string(direct ? "all_reduce.wire.out[" : "all_reduce.wire.relay[",
-                                  from, "] (chunk ", p, ")"));
+              detail::make_string("all_reduce.wire chunk ", p, direct ? " out[" : " relay[",
+                                  from, "]"));
       if (direct && host[p] != mine_h)
         for (int q : t.ranks[mine_h])
           if (q != me) put_chunk(q, ch, fwd);

@@ -87,6 +87,9 @@ struct Region {
   const void* p = nullptr;
   std::size_t bytes = 0;
   std::vector<std::int64_t> layout;
+  /// Over p2p, peers may put into it even when it is ordinary memory (Runtime::bind_call_buffer):
+  /// for receive buffers that the call writes only where peers' data lands.
+  bool any_memory = false;
 };
 
 /// Where a rank's Region lies: inside one of its SymmetricBuffers (`id`, byte `offset`), with
@@ -164,8 +167,14 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
   if (own.ok()) {
     encode(rec, args);
     const Region mine = region ? region() : Region{};
-    const Runtime::Landing l = mine.bytes > 0 ? rt.find_buffer(mine.p, mine.bytes)
-                                              : Runtime::Landing{};
+    Runtime::Landing l = mine.bytes > 0 ? rt.find_buffer(mine.p, mine.bytes)
+                                        : Runtime::Landing{};
+    if (l.id < 0 && mine.bytes > 0 && mine.any_memory &&
+        rt.transport() == Runtime::Transport::p2p) {
+      // Before the exchange: no peer puts into it before it is bound.
+      rt.bind_call_buffer(const_cast<void*>(mine.p), mine.bytes);
+      l = {Runtime::kCallBuffer, 0};
+    }
     rec.i64(l.id);
     if (l.id >= 0) {
       rec.i64(static_cast<std::int64_t>(l.offset));

@@ -127,6 +127,14 @@ void Runtime::begin_call() {
     throw BackendError(detail::make_string(
         "fusedcoll mpi: rank ", rank_,
         ": an earlier call failed on this rank; this communicator cannot be used any more"));
+  call_buffer_ = nullptr;
+  call_bytes_ = 0;
+}
+
+void Runtime::bind_call_buffer(void* p, std::size_t bytes) {
+  FC_CHECK_INTERNAL(transport_ == Transport::p2p, "a call buffer needs the p2p transport");
+  call_buffer_ = static_cast<char*>(p);
+  call_bytes_ = bytes;
 }
 
 void Runtime::allocate(std::size_t data_bytes) {
@@ -269,6 +277,10 @@ Runtime::Landing Runtime::find_buffer(const void* p, std::size_t bytes) const {
 }
 
 void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes) {
+  if (id == kCallBuffer) {
+    FC_CHECK_INTERNAL(transport_ == Transport::p2p, "a call buffer needs the p2p transport");
+    return p2p_put(peer, id, offset, src, bytes);
+  }
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
   if (transport_ == Transport::p2p) return p2p_put(peer, id, offset, src, bytes);
@@ -276,6 +288,7 @@ void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src, 
 }
 
 void Runtime::flush_buffer(int id, int peer) {
+  if (id == kCallBuffer) return;  // p2p: as below
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
   // p2p: the next signal to `peer` is applied only after this put has landed.
@@ -489,6 +502,12 @@ char* Runtime::p2p_landing(const Header& h) {
     FC_CHECK_INTERNAL(h.offset + h.bytes <= data_bytes_, "p2p put of ", h.bytes, " bytes at ",
                       h.offset, " past the data area (", data_bytes_, " bytes)");
     return data() + h.offset;
+  }
+  if (h.buffer == kCallBuffer) {
+    FC_CHECK_INTERNAL(call_buffer_ && h.offset + h.bytes <= call_bytes_, "p2p put of ", h.bytes,
+                      " bytes at ", h.offset, " past this call's receive buffer (", call_bytes_,
+                      " bytes)");
+    return call_buffer_ + h.offset;
   }
   const auto it = buffers_.find(h.buffer);
   FC_CHECK_INTERNAL(it != buffers_.end() && h.offset + h.bytes <= it->second.bytes,

@@ -148,6 +148,12 @@ class Runtime {
   /// target only after `flush_buffer(id, peer)`; a `signal` flushes the main window only.
   void put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes);
   void flush_buffer(int id, int peer);
+  /// p2p only: peers may put into [p, p + bytes) of this rank during the current call, as
+  /// buffer `kCallBuffer` (a two-sided receive lands in any memory, so an ordinary receive
+  /// buffer needs no window). Bound before the call's argument exchange, so no peer's put for
+  /// the call can arrive before it; the next call's `begin_call` unbinds it.
+  void bind_call_buffer(void* p, std::size_t bytes);
+  static constexpr int kCallBuffer = 0x7fffffff;
 
   /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
   int grid_for(std::size_t work) const {
@@ -249,6 +255,8 @@ class Runtime {
   int next_buffer_ = 0;
   std::string activity_ = "idle";
   std::vector<int> host_of_;
+  char* call_buffer_ = nullptr;  // bind_call_buffer
+  std::size_t call_bytes_ = 0;
   Transport transport_ = Transport::rma;
   // p2p
   struct Freer {
