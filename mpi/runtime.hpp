@@ -115,7 +115,8 @@ class Runtime {
   std::uint64_t expect(int slot, std::uint64_t n);
 
   /// Starts copying `bytes` from `src` into `peer`'s data area at `offset`. Complete at the
-  /// target only after the next `signal` to (or `flush` of) that peer from this thread.
+  /// target only after the next `signal` to (or `flush` of) that peer from this thread: the
+  /// put-before-signal rule of docs/semantics.md ("Calling contract").
   void put(int peer, std::size_t offset, const void* src, std::size_t bytes);
   /// Remote completion of this thread's earlier puts to `peer`, then an atomic `+add` of `peer`'s
   /// `slot`, itself flushed so that the target sees it without our further help. Each signal
