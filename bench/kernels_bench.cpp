@@ -7,6 +7,10 @@
 //   embedding_bag_rows (DLRM)    vs  memcpy of 256 MiB
 //   gemv_rows, reduce_into       (memory-bound; the cost model's host calibration reads them,
 //                                 scripts/calibrate-host-preset)
+//   gemm_tile on GemmAllToAll's tile (16 x 64 of a K = 1024, N = 512 expert), embedding_bag_rows
+//                                 on EmbeddingProblem::dlrm's tables, memcpy on every core at once
+//                                 (the cost model's host calibration: the operators' shapes, the
+//                                 node's memory bandwidth)
 //
 // Byte convention for both GB/s figures: bytes read + bytes written (rows gathered x D x 4 plus
 // the pooled output; twice the size for memcpy). 1 GB = 1e9 bytes.
@@ -29,6 +33,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "fusedcoll/detail/kernels.hpp"
@@ -257,6 +262,35 @@ int main(int argc, char** argv) {
   }
 #endif
 
+  // --- gemm_tile on the operators' tile: rows x kColBlock of an expert's K x N weights, the
+  // panels taken in turn as GemmAllToAll's tiles are; the cost model's gemm efficiency is this
+  // rate over the 512^3 one (docs/simulation.md, "Calibrating a preset").
+  constexpr int64_t kTileRows = 16, kTileCols = 64, kTileK = 1024, kTileN = 512;
+  Buffer<float> ta = make_buffer<float>(kTileRows * kTileK);
+  Buffer<float> tw = make_buffer<float>(kTileK * kTileN);
+  Buffer<float> tc = make_buffer<float>(kTileRows * kTileN);
+  fill_uniform(ta.get(), kTileRows * kTileK, rng);
+  fill_uniform(tw.get(), kTileK * kTileN, rng);
+  const double tile_gflop = 2.0 * kTileRows * kTileCols * kTileK * 1e-9;
+  const std::string tile_name = "gemm_tile/op16x64x1024";
+  benchmark::RegisterBenchmark(
+      tile_name.c_str(),
+      [&](benchmark::State& state) {
+        int64_t panel = 0;
+        for (auto _ : state) {
+          fusedcoll::detail::gemm_tile(ta.get(), kTileK, tw.get() + panel * kTileCols, kTileN,
+                                       tc.get() + panel * kTileCols, kTileN, kTileRows, kTileCols,
+                                       kTileK);
+          benchmark::DoNotOptimize(tc.get());
+          benchmark::ClobberMemory();
+          panel = (panel + 1) % (kTileN / kTileCols);
+        }
+        state.counters["GFLOP/s"] =
+            benchmark::Counter(tile_gflop, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+
   // --- Embedding: one table, `bags` bags of `bag_len` uniform random rows, sum pooling ---
   const int64_t dim = sz.dim;
   const int64_t bags = sz.bags;
@@ -290,6 +324,51 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 
+  // --- embedding_bag_rows on the operators' problem: EmbeddingProblem::dlrm's tables of one rank
+  // (8 tables of 10,000-14,000 rows, D = 64: 24.6 MB, within the L3 of the machine measured) as
+  // one table, bags of 1-40 rows (mean 20.5); the cost model's host calibration reads it.
+  constexpr int64_t kOpRows = 8 * 12000, kOpDim = 64, kOpBags = 512, kOpSets = 8;
+  Buffer<float> op_table = make_buffer<float>(kOpRows * kOpDim);
+  fill_uniform(op_table.get(), kOpRows * kOpDim, rng);
+  std::vector<int64_t> op_offsets((kOpBags + 1) * kOpSets);
+  std::vector<int64_t> op_indices;
+  std::uniform_int_distribution<int64_t> op_len(1, 40), op_row(0, kOpRows - 1);
+  for (int64_t set = 0; set < kOpSets; ++set) {
+    op_offsets[set * (kOpBags + 1)] = 0;
+    const auto base = static_cast<int64_t>(op_indices.size());
+    for (int64_t b = 0; b < kOpBags; ++b) {
+      const int64_t len = op_len(rng);
+      for (int64_t i = 0; i < len; ++i) op_indices.push_back(op_row(rng));
+      op_offsets[set * (kOpBags + 1) + b + 1] = static_cast<int64_t>(op_indices.size()) - base;
+    }
+  }
+  std::vector<int64_t> op_first(kOpSets + 1, 0);
+  for (int64_t set = 0; set < kOpSets; ++set)
+    op_first[set + 1] = op_first[set] + op_offsets[set * (kOpBags + 1) + kOpBags];
+  Buffer<float> op_pooled = make_buffer<float>(kOpBags * kOpDim);
+  const double op_emb_gb =
+      static_cast<double>(op_first[kOpSets] / kOpSets * kOpDim + kOpBags * kOpDim) * 4 * 1e-9;
+  const std::string op_emb_name = "embedding_bag_rows/op_dlrm";
+  benchmark::RegisterBenchmark(
+      op_emb_name.c_str(),
+      [&](benchmark::State& state) {
+        int64_t set = 0;
+        for (auto _ : state) {
+          fusedcoll::detail::embedding_bag_rows(
+              op_table.get(), kOpDim, kOpDim, op_offsets.data() + set * (kOpBags + 1),
+              op_indices.data() + op_first[set], nullptr, fusedcoll::PoolingMode::sum, 0, kOpBags,
+              op_pooled.get(), kOpDim);
+          benchmark::DoNotOptimize(op_pooled.get());
+          benchmark::ClobberMemory();
+          set = (set + 1) % kOpSets;
+        }
+        state.counters["GB/s"] =
+            benchmark::Counter(op_emb_gb, benchmark::Counter::kIsIterationInvariantRate);
+        state.counters["rows"] = static_cast<double>(op_first[kOpSets]) / kOpSets;
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+
   // --- memcpy ---
   Buffer<char> src = make_buffer<char>(sz.copy_bytes);
   Buffer<char> dst = make_buffer<char>(sz.copy_bytes);
@@ -306,6 +385,38 @@ int main(int argc, char** argv) {
                                  state.counters["GB/s"] = benchmark::Counter(
                                      copy_gb, benchmark::Counter::kIsIterationInvariantRate);
                                })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  // --- memcpy on every core at once, each thread its own buffers of copy_bytes: the node's
+  // memory bandwidth, which the devices of the cost model's host preset share ---
+  const int node_threads = std::max(2, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  std::vector<Buffer<char>> node_src, node_dst;
+  for (int t = 1; t < node_threads; ++t) {
+    node_src.push_back(make_buffer<char>(sz.copy_bytes));
+    node_dst.push_back(make_buffer<char>(sz.copy_bytes));
+    std::memset(node_src.back().get(), 0x5a, sz.copy_bytes);
+    std::memset(node_dst.back().get(), 0, sz.copy_bytes);
+  }
+  const std::string node_copy_name = copy_name + "/node";
+  benchmark::RegisterBenchmark(
+      node_copy_name.c_str(),
+      [&](benchmark::State& state) {
+        for (auto _ : state) {
+          std::vector<std::thread> others;
+          for (int t = 1; t < node_threads; ++t)
+            others.emplace_back([&, t] {
+              std::memcpy(node_dst[t - 1].get(), node_src[t - 1].get(), sz.copy_bytes);
+            });
+          std::memcpy(dst.get(), src.get(), sz.copy_bytes);
+          for (auto& th : others) th.join();
+          benchmark::DoNotOptimize(dst.get());
+          benchmark::ClobberMemory();
+        }
+        state.counters["GB/s"] = benchmark::Counter(
+            copy_gb * node_threads, benchmark::Counter::kIsIterationInvariantRate);
+        state.counters["threads"] = node_threads;
+      })
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 
@@ -367,6 +478,9 @@ int main(int argc, char** argv) {
   const double copy = reporter.value(copy_name, "GB/s");
   const double gemv = reporter.value(gemv_name, "GB/s");
   const double reduce = reporter.value(reduce_name, "GB/s");
+  const double tile = reporter.value(tile_name, "GFLOP/s");
+  const double op_emb = reporter.value(op_emb_name, "GB/s");
+  const double node_copy = reporter.value(node_copy_name, "GB/s");
   const std::string nnn = std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n);
   const std::string emb_what = "embedding_bag_rows: " + std::to_string(sz.table_rows) + " x " +
                                std::to_string(dim) + " f32 table, " + std::to_string(bags) +
@@ -378,7 +492,12 @@ int main(int argc, char** argv) {
   print_value_row(("Eigen " + nnn + ", default flags (SSE2)").c_str(), eigen_default, "GFLOP/s");
   print_value_row(("Eigen " + nnn + ", -mavx2 -mfma").c_str(), eigen_native, "GFLOP/s");
   print_value_row(emb_what.c_str(), emb, "GB/s");
+  print_value_row("embedding_bag_rows: dlrm()'s tables of one rank, D = 64", op_emb, "GB/s");
   print_value_row(copy_what.c_str(), copy, "GB/s");
+  print_value_row((copy_what + " on " + std::to_string(node_threads) + " threads at once, in all")
+                      .c_str(),
+                  node_copy, "GB/s");
+  print_value_row("gemm_tile 16 x 64, K = 1024 (GemmAllToAll's tile)", tile, "GFLOP/s");
   print_value_row(
       ("gemv_rows M = 4, W " + std::to_string(sz.gemv_n) + " x " + std::to_string(sz.gemv_k))
           .c_str(),
