@@ -45,8 +45,35 @@ struct Run {
 WirePlan agree_plan(Rank& rk, const std::string& op, const CompressionOptions& wire,
                     const std::vector<Run>& runs, float headroom) {
   std::vector<float> mine = fusedcoll::detail::empty_amax(wire);
-  for (const Run& r : runs)
-    fusedcoll::detail::accumulate_amax(wire, mine, r.data, r.first, r.length);
+  if (resolved_scaling(wire) != Scaling::none) {
+    // The amax pass is a kernel of its own (a reduction over the device on a GPU, a loop over the
+    // data on the MPI backend), so that virtual time prices it: each workgroup folds its tiles
+    // into a table of its own; max is exact in any order, so the combined table is the same.
+    struct Piece {
+      const float* data;
+      int64_t first, length;
+    };
+    std::vector<Piece> pieces;
+    for (const Run& r : runs) {
+      const int64_t te = tile_elems(r.length, sizeof(float));
+      for (int t = 0; t < num_tiles(r.length, te); ++t) {
+        const Span s = tile_of(r.length, te, t);
+        pieces.push_back({r.data + s.begin, r.first + s.begin, s.length});
+      }
+    }
+    const int grid = grid_for(rk, pieces.size());
+    std::vector<std::vector<float>> tables(static_cast<std::size_t>(grid), mine);
+    rk.launch(op + ".amax", grid, [&](WgContext& wg) -> WgTask {
+      auto& table = tables[static_cast<std::size_t>(wg.wg())];
+      for (std::size_t i = wg.wg(); i < pieces.size(); i += wg.num_wgs())
+        wg.compute("amax", {model::amax(pieces[i].length)}, [&] {
+          fusedcoll::detail::accumulate_amax(wire, table, pieces[i].data, pieces[i].first,
+                                             pieces[i].length);
+        });
+      co_return;
+    });
+    for (const auto& t : tables) fusedcoll::detail::combine_amax(mine, t);
+  }
   std::vector<float> agreed = fusedcoll::detail::empty_amax(wire);
   for (const void* p : rk.exchange(op + ".amax", &mine))
     fusedcoll::detail::combine_amax(agreed, *static_cast<const std::vector<float>*>(p));

@@ -64,7 +64,10 @@ void WgContext::put(int peer, SymBuffer dst, std::size_t offset, const void* src
   // The clock is read only when tracing: at 24 ns a read it is visible on store-heavy kernels.
   if (world.check_protocol) impl::protocol_put(s_, peer, dst.id, offset, bytes);
   impl::occupy_link(*s_, peer, bytes);
-  if (world.vt && peer != rank()) world.vt->transfer(*s_, peer, bytes, "put");
+  if (world.vt && peer != rank()) {
+    world.vt->issue(*s_, peer);
+    world.vt->transfer(*s_, peer, bytes, "put");
+  }
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(world.buffer(dst, peer) + offset, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "put", start);
@@ -77,7 +80,10 @@ void WgContext::store(int peer, void* dst, const void* src, std::size_t bytes) {
   if (world.check_protocol)
     impl::protocol_put(s_, peer, -1, reinterpret_cast<std::uintptr_t>(dst), bytes);
   impl::occupy_link(*s_, peer, bytes);
-  if (world.vt && peer != rank()) world.vt->transfer(*s_, peer, bytes, "store");
+  if (world.vt && peer != rank()) {
+    world.vt->issue(*s_, peer);
+    world.vt->transfer(*s_, peer, bytes, "store");
+  }
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   if (bytes > 0) std::memcpy(dst, src, bytes);
   if (world.tracing) s_->kernel->trace_end(s_, "store", start);
@@ -91,6 +97,7 @@ void WgContext::signal(int peer, int slot, SignalOp op, std::uint64_t value) {
   std::vector<impl::PendingPut> covered;
   if (world.check_protocol) covered = impl::protocol_covers(s_, peer);
   impl::Device& dev = *world.devices[rank()];
+  if (world.vt) world.vt->issue(*s_, peer);
   if (peer != rank() && dev.link)
     impl::post_on_link(dev, peer, slot, op, value, std::move(covered));
   else

@@ -277,9 +277,12 @@ void WgContext::compute(const char* what, std::initializer_list<model::Work> wor
   const auto start = world.tracing ? Clock::now() : Clock::time_point{};
   f();
   if (impl::VirtualTime* vt = world.vt.get()) {
-    double seconds = 0;
-    for (const model::Work& w : work) seconds += model::seconds(vt->preset, w);
-    vt->compute(*s_, what, seconds);
+    double seconds = 0, node_seconds = 0;
+    for (const model::Work& w : work) {
+      seconds += model::seconds(vt->preset, w);
+      node_seconds += model::node_memory_seconds(vt->preset, w);
+    }
+    vt->compute(*s_, what, seconds, node_seconds);
   } else if (world.tracing) {
     s_->kernel->trace_end(s_, what, start);
   }

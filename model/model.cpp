@@ -109,6 +109,8 @@ Work reduce(std::int64_t count, std::int64_t elem_bytes) {
 
 Work copy(std::int64_t bytes) { return {Kernel::copy, 0, 2 * d(bytes)}; }
 
+Work amax(std::int64_t count) { return {Kernel::reduce, d(count), 4 * d(count)}; }
+
 Work encode(WireFormat format, std::int64_t count, bool scaled) {
   if (format == WireFormat::none) return copy(4 * count);
   const CodecCost c = codec_cost(format);
@@ -139,6 +141,20 @@ double seconds(const Preset& p, const Work& w) {
   const double rate = p.device.cu_gflops * 1e9;
   const double bandwidth = p.device.memory_gbps * 1e9 / p.device.compute_units;
   return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
+}
+
+bool shares_node_memory(const Preset& p) {
+  return p.device.node_memory_gbps < p.links.gpus_per_node * p.device.memory_gbps;
+}
+
+double node_memory_seconds(const Preset& p, const Work& w) {
+  return w.bytes / (p.device.node_memory_gbps * 1e9 * p.efficiency_of(w.kernel));
+}
+
+double device_seconds(const Preset& p, const Work& w) {
+  const double rate = p.device.cu_gflops * 1e9 * p.device.compute_units;
+  const double bandwidth = p.device.memory_gbps * 1e9;
+  return launch_seconds(p) + std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
 }
 
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
@@ -179,12 +195,14 @@ constexpr Field kFields[] = {
     {"device", "cu_gflops", Type::number, 0, 1e6, true, "GFLOP/s"},
     {"device", "memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"device", "launch_us", Type::number, 0, 1e6, false, "us"},
+    {"device", "node_memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"links", "peer_us", Type::number, 0, 1e6, false, "us"},
     {"links", "nic_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"links", "nic_us", Type::number, 0, 1e6, false, "us"},
+    {"links", "put_us", Type::number, 0, 1e6, false, "us"},
 };
 constexpr int kPlainFields = sizeof(kFields) / sizeof(kFields[0]);
 constexpr Field kEfficiency{"efficiency", "", Type::number, 0, 4, true, ""};
@@ -226,6 +244,8 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.cu_gflops") return &p.device.cu_gflops;
   if (field == "device.memory_gbps") return &p.device.memory_gbps;
   if (field == "device.launch_us") return &p.device.launch_us;
+  if (field == "device.node_memory_gbps") return &p.device.node_memory_gbps;
+  if (field == "links.put_us") return &p.links.put_us;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
   if (field == "links.peer_us") return &p.links.peer_us;
   if (field == "links.nic_gbps") return &p.links.nic_gbps;
@@ -373,13 +393,15 @@ std::string to_text(const Preset& p) {
       << "resident_wgs_per_cu = " << p.device.resident_wgs_per_cu << "\n"
       << "cu_gflops = " << p.device.cu_gflops << "\n"
       << "memory_gbps = " << p.device.memory_gbps << "\n"
-      << "launch_us = " << p.device.launch_us << "\n\n[links]\n"
+      << "launch_us = " << p.device.launch_us << "\n"
+      << "node_memory_gbps = " << p.device.node_memory_gbps << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"
       << "peer_us = " << p.links.peer_us << "\n"
       << "nic_gbps = " << p.links.nic_gbps << "\n"
-      << "nic_us = " << p.links.nic_us << "\n\n[efficiency]\n";
+      << "nic_us = " << p.links.nic_us << "\n"
+      << "put_us = " << p.links.put_us << "\n\n[efficiency]\n";
   for (int k = 0; k < kKernels; ++k)
     out << to_string(static_cast<Kernel>(k)) << " = " << p.efficiency[k] << "\n";
   return out.str();

@@ -12,6 +12,7 @@
 
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
+#include "emu/vtime.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -27,8 +28,9 @@ namespace {
 
 /// A machine whose costs are round numbers: each compute unit moves 1 GB/s (a copy of 500 bytes,
 /// 1000 bytes read plus written, takes 1 us), links carry 1 GB/s (1000 bytes: 1 us) with 2 us of
-/// latency, a launch takes 5 us.
-std::shared_ptr<const fc::model::Preset> round_machine(int cus) {
+/// latency, a launch takes 5 us. Each device has its own memory (the node's is the sum) and
+/// issuing a put costs nothing, unless `node_gbps` / `put_us` say otherwise.
+fc::model::Preset round_preset(int cus, double node_gbps = 0, double put_us = 0) {
   fc::model::Preset p;
   p.name = "round";
   p.origin = "emu_vtime_test";
@@ -37,22 +39,24 @@ std::shared_ptr<const fc::model::Preset> round_machine(int cus) {
   p.device.cu_gflops = 1;
   p.device.memory_gbps = cus;  // 1 GB/s per compute unit
   p.device.launch_us = 5;
+  p.device.node_memory_gbps = node_gbps > 0 ? node_gbps : 64.0 * cus;
   p.links.gpus_per_node = 64;
   p.links.peer_topology = fc::model::PeerTopology::mesh;
   p.links.peer_gbps = 1;
   p.links.peer_us = 2;
   p.links.nic_gbps = 1;
   p.links.nic_us = 2;
+  p.links.put_us = put_us;
   p.efficiency.fill(1);
-  return std::make_shared<const fc::model::Preset>(p);
+  return p;
 }
 
-WorldOptions virtual_world(int size, int cus) {
+WorldOptions virtual_world(int size, int cus, double node_gbps = 0, double put_us = 0) {
   WorldOptions o;
   o.world_size = size;
   o.timeout_s = 20;
   o.clock = fc::emu::ClockKind::virtual_time;
-  o.model = round_machine(cus);
+  o.model = std::make_shared<const fc::model::Preset>(round_preset(cus, node_gbps, put_us));
   return o;
 }
 
@@ -94,6 +98,83 @@ TEST(EmuVirtualTime, OnePut) {
   EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 8e-6);  // a kernel ends when its puts have landed
   EXPECT_DOUBLE_EQ(world.virtual_seconds(1), 8e-6);
   EXPECT_DOUBLE_EQ(finish(world), 8e-6);
+}
+
+/// Rank 0 puts 1000 bytes with a signal to rank 1 (the OnePut kernel); returns rank 1's clock.
+double one_put(const WorldOptions& o) {
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
+    const int slot = rk.slots("arrived", 1);
+    const std::vector<char> data(1000, 'x');
+    const std::uint64_t target = comm.rank() == 1 ? rk.expect(slot, 1) : 0;
+    rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
+      if (comm.rank() == 0)
+        wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
+      else
+        co_await wg.wait_until(slot, Cmp::ge, target);
+    });
+  });
+  return world.virtual_seconds(1);
+}
+
+TEST(EmuVirtualTime, IssuingAPutCostsTheComputeUnit) {
+  // put_us = 1: the put is issued 5-6 us, leaves 6-7 us and lands at 9 us; the signal is issued
+  // 6-7 us and lands at max(7 + 2, 9) = 9 us.
+  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1, 0, 1)), 9e-6);
+  // put_us = 3: issued 5-8, on the link 8-9, lands at 11; the signal, issued 8-11, at 13.
+  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1, 0, 3)), 13e-6);
+}
+
+TEST(EmuVirtualTime, APutThroughSharedNodeMemoryIsACopy) {
+  // The node's memory at 1 GB/s, below its devices' 64: the put's copy (1000 bytes read and
+  // 1000 written) takes it 5-7 us, after the link's 5-6 us: it lands at 9 us, not 8.
+  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1, 1)), 9e-6);
+  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1)), 8e-6);  // private memories: OnePut's 8 us
+}
+
+/// Every rank copies 500 bytes (1 us on its compute unit) in one kernel; each rank's clock.
+std::vector<double> copies_on_every_rank(const WorldOptions& o) {
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    std::vector<char> a(500, 'a'), b(500);
+    rank_of(world, comm).launch("copy", 1, [&](WgContext& wg) -> WgTask {
+      wg.compute("copy", {fc::model::copy(500)}, [&] { std::memcpy(b.data(), a.data(), 500); });
+      co_return;
+    });
+    EXPECT_EQ(a, b);
+  });
+  std::vector<double> t;
+  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
+  return t;
+}
+
+TEST(EmuVirtualTime, DevicesSharingNodeMemoryTakeTurnsOnIt) {
+  // Node memory 1 GB/s for 3 devices of 1 GB/s each: the copies' 1000 bytes take it 1 us each,
+  // in rank order: 5-6, 6-7, 7-8 us; each device's compute unit waits for its bytes.
+  const std::vector<double> one = copies_on_every_rank(virtual_world(3, 1, 1));
+  EXPECT_DOUBLE_EQ(one[0], 6e-6);
+  EXPECT_DOUBLE_EQ(one[1], 7e-6);
+  EXPECT_DOUBLE_EQ(one[2], 8e-6);
+  // 2 GB/s: 0.5 us each, 5-5.5, 5.5-6, 6-6.5: the first two end with their compute unit.
+  const std::vector<double> half = copies_on_every_rank(virtual_world(3, 1, 2));
+  EXPECT_DOUBLE_EQ(half[0], 6e-6);
+  EXPECT_DOUBLE_EQ(half[1], 6e-6);
+  EXPECT_DOUBLE_EQ(half[2], 6.5e-6);
+  // The devices' own memories (node = 64 x 1 GB/s): side by side, as before.
+  for (double t : copies_on_every_rank(virtual_world(3, 1))) EXPECT_DOUBLE_EQ(t, 6e-6);
+}
+
+TEST(EmuVirtualTime, DivisibleBookingsFillTheGaps) {
+  fc::emu::impl::Calendar c;
+  EXPECT_EQ(c.book(1, 1), 1.0);  // busy [1, 2)
+  EXPECT_EQ(c.book(3, 1), 3.0);  // and [3, 4)
+  // 2.5 s from 0: [0, 1), [2, 3), [4, 4.5).
+  EXPECT_EQ(c.book_pieces(0, 2.5), 4.5);
+  // Now busy from 0 to 4.5 without a gap: a whole request of 1 goes after it.
+  EXPECT_EQ(c.book(0, 1), 4.5);
+  EXPECT_EQ(c.book_pieces(7, 0), 7.0);
 }
 
 TEST(EmuVirtualTime, ChainOfTwoSignals) {
@@ -340,7 +421,7 @@ TEST(EmuVirtualTime, BadPresetsAreRejectedByName) {
   fails(o, "no_such_machine");
   o.preset = "/nonexistent/dir/m.preset";
   fails(o, "/nonexistent/dir/m.preset");
-  auto bad = std::make_shared<fc::model::Preset>(*round_machine(1));
+  auto bad = std::make_shared<fc::model::Preset>(round_preset(1));
   bad->links.peer_gbps = -1;
   o.model = bad;
   fails(o, "peer_gbps");

@@ -21,8 +21,10 @@ namespace {
 m::Preset toy() {
   m::Preset p;
   p.name = "toy";
-  p.device = {2, 4, 1.0, 4.0, 3.0};  // 2 CUs of 1 GFLOP/s, 4 GB/s (2 per CU), 3 us launch
-  p.links = {2, m::PeerTopology::mesh, 10.0, 1.0, 1.0, 5.0};
+  // 2 CUs of 1 GFLOP/s, 4 GB/s (2 per CU), 3 us launch; the node's memory is 6 GB/s, less than
+  // its 2 devices' 8: shared.
+  p.device = {2, 4, 1.0, 4.0, 3.0, 6.0};
+  p.links = {2, m::PeerTopology::mesh, 10.0, 1.0, 1.0, 5.0, 0.5};
   p.efficiency.fill(1.0);
   p.efficiency[static_cast<int>(m::Kernel::gemm)] = 0.5;
   return p;
@@ -108,6 +110,27 @@ TEST(Model, RooflineByHand) {
   EXPECT_DOUBLE_EQ(m::launch_seconds(p), 3e-6);
 }
 
+TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
+  m::Preset p = toy();
+  EXPECT_TRUE(m::shares_node_memory(p));
+  // A copy of 3000 bytes: 6000 bytes through 6 GB/s = 1 us; the kernel's efficiency scales it
+  // as it scales the device's bandwidth.
+  EXPECT_DOUBLE_EQ(m::node_memory_seconds(p, m::copy(3000)), 1e-6);
+  p.efficiency[static_cast<int>(m::Kernel::copy)] = 2;
+  EXPECT_DOUBLE_EQ(m::node_memory_seconds(p, m::copy(3000)), 0.5e-6);
+  p.efficiency[static_cast<int>(m::Kernel::copy)] = 0.5;
+  EXPECT_DOUBLE_EQ(m::node_memory_seconds(p, m::copy(3000)), 2e-6);
+  p.device.node_memory_gbps = 8;  // the devices' sum: each has its own
+  EXPECT_FALSE(m::shares_node_memory(p));
+  // amax of 2000 values: 8000 bytes read; over the whole device (4 GB/s) 2 us, after the 3 us
+  // launch.
+  const m::Work a = m::amax(2000);
+  EXPECT_EQ(a.kernel, m::Kernel::reduce);
+  EXPECT_EQ(a.flops, 2000.0);
+  EXPECT_EQ(a.bytes, 8000.0);
+  EXPECT_DOUBLE_EQ(m::device_seconds(toy(), a), 5e-6);
+}
+
 TEST(Model, TransferInsideAndAcrossNodes) {
   const m::Preset p = toy();  // 2 devices per node
   EXPECT_TRUE(p.links.same_node(0, 1));
@@ -173,6 +196,17 @@ TEST(Model, RejectsBadFilesNamingTheField) {
   EXPECT_THAT(parse_error(edit(good, "decode_fp8", "")),
               HasSubstr("missing field 'efficiency.decode_fp8'"));
   EXPECT_THAT(parse_error(edit(good, "name", "")), HasSubstr("missing field 'name'"));
+  EXPECT_THAT(parse_error(edit(good, "node_memory_gbps", "")),
+              HasSubstr("missing field 'device.node_memory_gbps' (in [device])"));
+  EXPECT_THAT(parse_error(edit(good, "put_us", "")),
+              HasSubstr("missing field 'links.put_us' (in [links])"));
+  EXPECT_THAT(parse_error(edit(good, "node_memory_gbps", "node_memory_gbps = -3")),
+              HasSubstr("device.node_memory_gbps = -3 is out of range: it must be a number in (0, "
+                        "1e+06] GB/s"));
+  EXPECT_THAT(parse_error(edit(good, "node_memory_gbps", "node_memory_gbps = 0")),
+              HasSubstr("device.node_memory_gbps = 0 is out of range"));
+  EXPECT_THAT(parse_error(edit(good, "put_us", "put_us = -0.5")),
+              HasSubstr("links.put_us = -0.5 is out of range: it must be a number in [0, 1e+06] us"));
   // A negative or zero bandwidth, a negative latency, an efficiency above 4.
   EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
               HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "
@@ -214,5 +248,16 @@ TEST(Model, ValidateChecksPresetsBuiltInCode) {
   }
   p = toy();
   p.device.compute_units = 0;
+  EXPECT_THROW(m::validate(p), fc::InvalidArgument);
+  p = toy();
+  p.device.node_memory_gbps = 0;  // a preset built in code before the field existed
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "a node memory of 0 passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device.node_memory_gbps = 0 is out of range"));
+  }
+  p = toy();
+  p.links.put_us = -1;
   EXPECT_THROW(m::validate(p), fc::InvalidArgument);
 }

@@ -32,6 +32,11 @@ struct Device {
   double memory_gbps = 0;
   /// Kernel launch: from the host's call until the first workgroup runs, microseconds.
   double launch_us = 0;
+  /// Memory bandwidth of a whole node (its `Links::gpus_per_node` devices together), GB/s, bytes
+  /// read plus written. A GPU has its own memory: then this is the sum of its devices' and never
+  /// limits one. When it is less (the devices of `host` are cores of one machine), the node's
+  /// memory is a resource its devices share: see `shares_node_memory`.
+  double node_memory_gbps = 0;
 };
 
 /// How the devices of a node reach each other.
@@ -52,6 +57,10 @@ struct Links {
   /// Across nodes: the device's share of its NIC, GB/s per direction, and the latency.
   double nic_gbps = 0;
   double nic_us = 0;
+  /// The issuing compute unit's time for one put, store or signal to another device,
+  /// microseconds: the software that hands a message to the transport (an MPI call on `host`; a
+  /// few instructions on a GPU, 0). The bytes then travel on the link without the compute unit.
+  double put_us = 0;
 
   bool same_node(int a, int b) const noexcept { return a / gpus_per_node == b / gpus_per_node; }
 };
@@ -96,6 +105,9 @@ Work embedding(std::int64_t rows, std::int64_t bags, std::int64_t dim, int index
 Work reduce(std::int64_t count, std::int64_t elem_bytes = 4);
 /// A copy of `bytes` bytes (unpacking a received buffer, a local result into place).
 Work copy(std::int64_t bytes);
+/// The largest magnitude of `count` f32 values (the compressed wire's scale agreement): a
+/// read-only pass, priced as a reduction (one operation and 4 bytes read per element).
+Work amax(std::int64_t count);
 /// Encoding `count` f32 values to `format` (scaled: one more multiply per element).
 Work encode(WireFormat format, std::int64_t count, bool scaled = false);
 /// Decoding `count` values of `format` to f32.
@@ -127,6 +139,19 @@ struct Preset {
 
 /// Seconds `w` takes on one compute unit of `p`'s device (its roofline over its efficiency).
 double seconds(const Preset& p, const Work& w);
+/// Whether the devices of a node share its memory: `node_memory_gbps` below `gpus_per_node`
+/// times `memory_gbps`. Only then is the node's memory a resource that `node_memory_seconds`
+/// books; otherwise no device can slow another's memory and booking it would change nothing.
+bool shares_node_memory(const Preset& p);
+/// Seconds `w`'s bytes occupy the node's memory: `bytes / (node_memory_gbps * efficiency)`. A
+/// kernel that reaches a fraction of `memcpy`'s rate on one device reaches the same fraction of
+/// the node's: above 1 it draws fewer bytes than it counts (cache hits, no read of the lines it
+/// overwrites), below 1 its access pattern gets less out of the memory.
+double node_memory_seconds(const Preset& p, const Work& w);
+/// `w` as one kernel spread over the whole device (every compute unit, all its bandwidth), for
+/// work the model prices as a pass of its own (the compressed wire's amax): launch plus
+/// `max(flops / (cu_rate * compute_units), bytes / memory_bandwidth) / efficiency`.
+double device_seconds(const Preset& p, const Work& w);
 /// Seconds from `src` putting `bytes` to their arrival at `dst`, on an idle link: latency plus
 /// bytes over the link's bandwidth. 0 for `src == dst`.
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
