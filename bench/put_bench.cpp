@@ -2,7 +2,7 @@
 // backend signals (MPI_Put, MPI_Win_flush, MPI_Accumulate of the flag, MPI_Win_flush). The cost
 // model's `host` preset takes its link from this (scripts/calibrate-host-preset).
 //
-//   mpiexec -n 2 fusedcoll-put-bench [--quick]
+//   mpiexec -n 2 fusedcoll-put-bench [--quick] [--p2p]
 //
 // Rank 0 puts n bytes into rank 1's window and signals, `reps` times per size, each timed alone
 // on rank 0 from the first put to the return of the last flush; rank 1 meanwhile polls its flag
@@ -29,12 +29,58 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// --p2p: where no RMA window spans the ranks (hosts joined by TCP), the MPI backend's p2p
+/// transport sends messages; a ping-pong of n bytes, half the round trip, is the cost model's
+/// link time for n bytes: latency at 8 B, bandwidth from the largest size beyond it.
+int p2p_main(int rank, int reps, std::int64_t largest) {
+  constexpr int kWarmup = 3;
+  std::vector<char> buf(static_cast<std::size_t>(largest), 0x5a);
+  const int peer = 1 - rank;
+  if (rank == 0) std::printf("%12s %12s %10s\n", "bytes", "one-way(us)", "GB/s");
+  double latency_s = 0, last_s = 0;
+  std::int64_t last_n = 0;
+  for (std::int64_t n = 8; n <= largest; n *= 8) {
+    std::vector<double> times;
+    for (int r = 0; r < reps + kWarmup; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      if (rank == 0) {
+        MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+        MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+      } else {
+        MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+      }
+      if (r >= kWarmup) times.push_back((MPI_Wtime() - t0) / 2);
+    }
+    if (rank == 0) {
+      const double t = median(times);
+      std::printf("%12lld %12.2f %10.4f\n", static_cast<long long>(n), t * 1e6, n / t / 1e9);
+      if (n == 8) latency_s = t;
+      last_s = t;
+      last_n = n;
+    }
+  }
+  if (rank == 0) {
+    std::printf("latency_us %.3f\n", latency_s * 1e6);
+    std::printf("bandwidth_gbps %.4f\n",
+                last_s > latency_s ? last_n / (last_s - latency_s) / 1e9 : 0.0);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) quick = quick || std::string_view(argv[i]) == "--quick";
+  bool quick = false, p2p = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::string_view(argv[i]) == "--quick";
+    p2p = p2p || std::string_view(argv[i]) == "--p2p";
+  }
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -45,6 +91,7 @@ int main(int argc, char** argv) {
   }
   const std::int64_t largest = quick ? (std::int64_t{1} << 20) : (std::int64_t{64} << 20);
   const int reps = quick ? 5 : 21;
+  if (p2p) return p2p_main(rank, reps, quick ? (std::int64_t{1} << 20) : (std::int64_t{16} << 20));
   const std::size_t flag_bytes = 64;
   constexpr int kWarmup = 5;
   void* base = nullptr;
