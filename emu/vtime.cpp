@@ -45,36 +45,6 @@ double Calendar::book(double ready, double duration) {
   return t;
 }
 
-double Calendar::book_pieces(double ready, double duration) {
-  if (!(duration > 0)) return ready;
-  double t = ready, left = duration;
-  for (;;) {
-    auto next = busy_.upper_bound(t);  // the first stretch starting after t
-    if (next != busy_.begin() && std::prev(next)->second > t) {
-      t = std::prev(next)->second;  // inside a stretch: from its end (stretches never touch)
-      continue;
-    }
-    // [t, next start) is free: take all of it or what is left.
-    const bool last = next == busy_.end() || next->first - t >= left;
-    const double end = last ? t + left : next->first;
-    if (!last) left -= end - t;
-    // Insert [t, end), merged with a stretch ending at t and one starting at end.
-    double start = t;
-    double stop = end;
-    if (next != busy_.end() && next->first == stop) {
-      stop = next->second;
-      next = busy_.erase(next);
-    }
-    if (next != busy_.begin() && std::prev(next)->second == start) {
-      std::prev(next)->second = stop;
-    } else {
-      busy_.emplace_hint(next, start, stop);
-    }
-    if (last) return end;
-    t = stop;
-  }
-}
-
 void Calendar::forget_before(double t) {
   auto it = busy_.begin();
   while (it != busy_.end() && it->second <= t) it = busy_.erase(it);
@@ -94,8 +64,11 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
     d.peer_links.resize(mesh ? world.size : 1);
     d.slot_time.assign(kSlotsPerDevice, 0.0);
   }
-  if (model::shares_node_memory(preset))
-    node_memory.resize((world.size + preset.links.gpus_per_node - 1) / preset.links.gpus_per_node);
+  if (model::shares_node_memory(preset)) {
+    const int g = preset.links.gpus_per_node;
+    for (int r = 0; r < world.size; ++r)
+      devices[r].node_share = std::min(g, world.size - r / g * g);  // devices on r's node
+  }
   driver = std::thread([this] { drive(); });
 }
 
@@ -173,15 +146,6 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   for (auto& cu : devices[rank].cus) cu.forget_before(start);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
   devices[rank].nic.forget_before(start);
-  if (!node_memory.empty()) {
-    // No device of the node can book its memory before the earliest host clock among them: a
-    // running kernel started after its host's clock, a host's next kernel starts after it.
-    const int g = preset.links.gpus_per_node, node = rank / g;
-    double earliest = clock[rank];
-    for (int r = node * g; r < std::min(world.size, (node + 1) * g); ++r)
-      earliest = std::min(earliest, clock[r]);
-    node_memory[node].forget_before(earliest);
-  }
   for (auto& wg : k.wgs) {
     wg->vcu = wg->id % cus;
     wg->vclock = start;
@@ -240,20 +204,11 @@ double VirtualTime::now(int rank) {
 
 void VirtualTime::compute(WgState& wg, const char* what, double seconds, double node_seconds) {
   const int rank = wg.kernel->device->rank;
-  Calendar& cu = devices[rank].cus[wg.vcu];
-  const double start = cu.book(wg.vclock, seconds);
+  // A shared node memory gives each of the node's devices an equal share: the span's bytes take
+  // node_seconds times the number of devices sharing it, when that is longer.
+  seconds = std::max(seconds, node_seconds * devices[rank].node_share);
+  const double start = devices[rank].cus[wg.vcu].book(wg.vclock, seconds);
   wg.vclock = start + seconds;
-  if (!node_memory.empty() && node_seconds > 0) {
-    // The bytes take the node's memory from the span's start, after what other devices booked:
-    // when it is busy the compute unit waits for them (it stays booked until they are through).
-    const double end =
-        node_memory[rank / preset.links.gpus_per_node].book_pieces(start, node_seconds);
-    if (end > wg.vclock) {
-      const double more = end - wg.vclock;
-      wg.vclock = cu.book(wg.vclock, more) + more;
-      seconds = wg.vclock - start;
-    }
-  }
   if (world.tracing && seconds > 0) {
     TraceEvent e;
     e.name = fusedcoll::detail::make_string(wg.kernel->name, " ", what, " ", wg.id);
@@ -283,16 +238,15 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
   Calendar& link = !near ? dev.nic
                    : l.peer_topology == model::PeerTopology::mesh ? dev.peer_links[peer]
                                                                  : dev.peer_links[0];
-  const double seconds = double(bytes) / (gbps * 1e9);
-  const double start = link.book(wg.vclock, seconds);
-  double arrival = start + seconds + latency;
-  if (near && !node_memory.empty() && bytes > 0) {
-    // A put between devices sharing the node's memory is a copy through it (read + written).
-    const double mem_seconds =
-        model::node_memory_seconds(preset, model::copy(static_cast<std::int64_t>(bytes)));
-    const double done = node_memory[src / l.gpus_per_node].book_pieces(start, mem_seconds);
-    arrival = std::max(arrival, done + latency);
+  double seconds = double(bytes) / (gbps * 1e9);
+  if (near && dev.node_share > 0) {
+    // A put between devices sharing the node's memory is a copy through it (read + written), at
+    // the device's share of it.
+    seconds = std::max(seconds, dev.node_share * model::node_memory_seconds(
+                                                     preset, model::copy(std::int64_t(bytes))));
   }
+  const double start = link.book(wg.vclock, seconds);
+  const double arrival = start + seconds + latency;
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {
     TraceEvent e;

@@ -34,11 +34,6 @@ class Calendar {
   /// Books `duration` seconds at the earliest free stretch starting at or after `ready`; returns
   /// its start.
   double book(double ready, double duration);
-  /// Books `duration` seconds of a divisible request (bytes through a shared memory): the free
-  /// stretches from `ready` on, in order, until they add up to `duration`; returns when the last
-  /// piece ends. A resource shared by several devices whose workgroups each book many spans per
-  /// resumption would otherwise hand whole future gaps to whoever booked first.
-  double book_pieces(double ready, double duration);
   /// Forgets the stretches that end at or before `t` (no request can be ready before it).
   void forget_before(double t);
 
@@ -69,6 +64,9 @@ struct VirtualDevice {
   std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port
   Calendar nic;
   std::vector<double> slot_time;  // when each signal slot reached its value
+  /// Where the node's memory is shared (`model::shares_node_memory`): the devices of this run on
+  /// the node, among which it is split evenly; 0 where each device has its own.
+  int node_share = 0;
 };
 
 struct VirtualTime {
@@ -87,9 +85,6 @@ struct VirtualTime {
   std::vector<char> resumed;   // per rank: its kernel's end was reached
   std::vector<double> clock;   // per rank: the host thread's virtual time
   std::vector<VirtualDevice> devices;
-  /// Per node: its memory, booked by compute spans and by puts inside the node when its devices
-  /// share it (`model::shares_node_memory`; empty otherwise).
-  std::vector<Calendar> node_memory;
   bool stopping = false;
   std::thread driver;
 
@@ -108,15 +103,15 @@ struct VirtualTime {
   /// A workgroup ended at `t`; the last one queues its host thread at the kernel's end.
   void wg_finished(Kernel& k, WgState* wg, bool last);
 
-  /// `seconds` on workgroup `wg`'s compute unit, from its clock, of work whose bytes occupy the
-  /// node's memory for `node_seconds` (`model::node_memory_seconds`; booked when the node's
-  /// memory is shared): the span ends when both are done. Advances the workgroup's clock.
+  /// `seconds` on workgroup `wg`'s compute unit, from its clock, of work whose bytes take
+  /// `node_seconds` of the node's whole memory (`model::node_memory_seconds`): where that is
+  /// shared, the span lasts at least `node_seconds` times `node_share`. Advances the clock.
   void compute(WgState& wg, const char* what, double seconds, double node_seconds);
   /// The issuing compute unit's cost of one put, store or signal to `peer` (`put_us`; nothing
   /// to itself): advances the workgroup's clock.
   void issue(WgState& wg, int peer);
-  /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, and inside a node
-  /// whose memory is shared the copy's read and write of the bytes; returns the arrival time.
+  /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
+  /// copy's time at the device's share of a shared node memory; returns the arrival time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
   double signal_arrival(const WgState& wg, int peer) const;

@@ -12,7 +12,6 @@
 
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
-#include "emu/vtime.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -128,9 +127,10 @@ TEST(EmuVirtualTime, IssuingAPutCostsTheComputeUnit) {
 }
 
 TEST(EmuVirtualTime, APutThroughSharedNodeMemoryIsACopy) {
-  // The node's memory at 1 GB/s, below its devices' 64: the put's copy (1000 bytes read and
-  // 1000 written) takes it 5-7 us, after the link's 5-6 us: it lands at 9 us, not 8.
-  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1, 1)), 9e-6);
+  // The node's memory at 1 GB/s, below its devices' 64, split between the run's 2 devices: the
+  // put's copy (1000 bytes read and 1000 written) at 0.5 GB/s holds the link 5-9 us instead of
+  // 5-6 us; it lands at 11 us, not 8.
+  EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1, 1)), 11e-6);
   EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1)), 8e-6);  // private memories: OnePut's 8 us
 }
 
@@ -150,31 +150,16 @@ std::vector<double> copies_on_every_rank(const WorldOptions& o) {
   return t;
 }
 
-TEST(EmuVirtualTime, DevicesSharingNodeMemoryTakeTurnsOnIt) {
-  // Node memory 1 GB/s for 3 devices of 1 GB/s each: the copies' 1000 bytes take it 1 us each,
-  // in rank order: 5-6, 6-7, 7-8 us; each device's compute unit waits for its bytes.
-  const std::vector<double> one = copies_on_every_rank(virtual_world(3, 1, 1));
-  EXPECT_DOUBLE_EQ(one[0], 6e-6);
-  EXPECT_DOUBLE_EQ(one[1], 7e-6);
-  EXPECT_DOUBLE_EQ(one[2], 8e-6);
-  // 2 GB/s: 0.5 us each, 5-5.5, 5.5-6, 6-6.5: the first two end with their compute unit.
-  const std::vector<double> half = copies_on_every_rank(virtual_world(3, 1, 2));
-  EXPECT_DOUBLE_EQ(half[0], 6e-6);
-  EXPECT_DOUBLE_EQ(half[1], 6e-6);
-  EXPECT_DOUBLE_EQ(half[2], 6.5e-6);
-  // The devices' own memories (node = 64 x 1 GB/s): side by side, as before.
+TEST(EmuVirtualTime, DevicesSharingNodeMemoryGetEqualShares) {
+  // Node memory 1.5 GB/s for the run's 3 devices of 1 GB/s each: 0.5 GB/s each, so each copy's
+  // 1000 bytes take 2 us (not its compute unit's 1 us): all end at 7 us.
+  for (double t : copies_on_every_rank(virtual_world(3, 1, 1.5))) EXPECT_DOUBLE_EQ(t, 7e-6);
+  // 6 GB/s: 2 GB/s each, more than a compute unit moves: 1 us, as with memories of their own.
+  for (double t : copies_on_every_rank(virtual_world(3, 1, 6))) EXPECT_DOUBLE_EQ(t, 6e-6);
+  // 2.5 GB/s for 2 devices (a world of 2): 1.25 GB/s each, 0.8 us: the compute unit's 1 us.
+  for (double t : copies_on_every_rank(virtual_world(2, 1, 2.5))) EXPECT_DOUBLE_EQ(t, 6e-6);
+  // The devices' own memories (node = 64 x 1 GB/s).
   for (double t : copies_on_every_rank(virtual_world(3, 1))) EXPECT_DOUBLE_EQ(t, 6e-6);
-}
-
-TEST(EmuVirtualTime, DivisibleBookingsFillTheGaps) {
-  fc::emu::impl::Calendar c;
-  EXPECT_EQ(c.book(1, 1), 1.0);  // busy [1, 2)
-  EXPECT_EQ(c.book(3, 1), 3.0);  // and [3, 4)
-  // 2.5 s from 0: [0, 1), [2, 3), [4, 4.5).
-  EXPECT_EQ(c.book_pieces(0, 2.5), 4.5);
-  // Now busy from 0 to 4.5 without a gap: a whole request of 1 goes after it.
-  EXPECT_EQ(c.book(0, 1), 4.5);
-  EXPECT_EQ(c.book_pieces(7, 0), 7.0);
 }
 
 TEST(EmuVirtualTime, ChainOfTwoSignals) {

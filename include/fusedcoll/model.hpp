@@ -140,8 +140,8 @@ struct Preset {
 /// Seconds `w` takes on one compute unit of `p`'s device (its roofline over its efficiency).
 double seconds(const Preset& p, const Work& w);
 /// Whether the devices of a node share its memory: `node_memory_gbps` below `gpus_per_node`
-/// times `memory_gbps`. Only then is the node's memory a resource that `node_memory_seconds`
-/// books; otherwise no device can slow another's memory and booking it would change nothing.
+/// times `memory_gbps`. Only then does the node's memory limit its devices (`node_memory_seconds`;
+/// the emulator splits it evenly among them); otherwise no device can slow another's.
 bool shares_node_memory(const Preset& p);
 /// Seconds `w`'s bytes occupy the node's memory: `bytes / (node_memory_gbps * efficiency)`. A
 /// kernel that reaches a fraction of `memcpy`'s rate on one device reaches the same fraction of
