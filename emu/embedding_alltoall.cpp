@@ -29,7 +29,8 @@
 // - unfused (the baseline): kernel 1 pools all local bags into L [B, T_p, D] ('emb.local');
 //   kernel 2 is the All-to-All: it puts each destination's block [B_q, T_p, D] into the
 //   destination's receive scratch with a signal on 'emb.a2a'[me] (every pair, even empty
-//   blocks), waits for all P blocks and permutes them into the output.
+//   blocks), waits for all P blocks and permutes them into the output, one workgroup per output
+//   row up to the resident limit.
 //
 // Symmetric scratch sizes and slot keys depend only on the agreed (global) arguments, so every
 // rank makes the same collective scratch/slots calls. Slot counters are cumulative: targets come
@@ -206,7 +207,10 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
   std::vector<std::uint64_t> target(P);
   for (int p = 0; p < P; ++p) target[p] = rk.expect(arrive + p, 1);
   const std::vector<int> order = remote_first(me, P);
-  const int grid2 = grid_for(rk, static_cast<std::size_t>(P));
+  // One workgroup per output row (up to the resident limit), not per peer: the permutation into
+  // the output is a device-wide copy, as a framework's permute kernel after a library All-to-All
+  // is; P workgroups would copy it on P compute units (docs/simulation.md).
+  const int grid2 = grid_for(rk, static_cast<std::size_t>(std::max<std::int64_t>(P, pl.batch[me])));
   rk.launch("embedding_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* l = wg.local_as<const float>(local);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();

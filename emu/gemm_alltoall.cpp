@@ -200,7 +200,11 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
   std::vector<std::uint64_t> target(P);
   for (int h = 0; h < P; ++h) target[h] = rk.expect(arrive + h, 1);
   const std::vector<int> order = remote_first(me, P);
-  const int grid2 = grid_for(rk, static_cast<std::size_t>(P));
+  // One workgroup per received row (up to the resident limit), not per peer: the reorder is a
+  // device-wide copy (as in embedding_alltoall.cpp's kernel 2).
+  std::int64_t received = 0;
+  for (int h = 0; h < P; ++h) received += pl.rows[h][me];
+  const int grid2 = grid_for(rk, static_cast<std::size_t>(std::max<std::int64_t>(P, received)));
   rk.launch("gemm_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
     const float* st = wg.local_as<const float>(stage);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();

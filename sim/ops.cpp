@@ -108,7 +108,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
     x.seconds = launch(c);
     for (int q = 0; q < P; ++q)
       if (q != me) x.sends.push_back({launch(c), q, pl.slice_floats(me, q) * 4});
-    const int g = grid_for(c, static_cast<std::size_t>(P));
+    const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, pl.batch[me])));
     Grid k2(c, g);
     for (int w = 0; w < g; ++w)
       k2.run_wg(w, secs(c, model::copy(rows_of(pl.batch[me], w, g) * pl.T * D * 4)));
@@ -186,7 +186,9 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     x.seconds = launch(c);
     for (int s = 0; s < P; ++s)
       if (s != me) x.sends.push_back({launch(c), s, slice_bytes(me, s)});
-    const int g = grid_for(c, static_cast<std::size_t>(P));
+    std::int64_t received = 0;
+    for (int h = 0; h < P; ++h) received += pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(me)];
+    const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, received)));
     Grid k2(c, g);
     for (int w = 0; w < g; ++w) {
       std::int64_t rows = 0;
