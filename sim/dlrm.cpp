@@ -315,8 +315,8 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
     x.phase = "emb_a2a_fwd";
     x.seconds = k.fwd.seconds;
   } else {
-    p.push_back(compute("emb_a2a_fwd", k.fwd.seconds));
-    x.phase = "emb_a2a_fwd";
+    p.push_back(compute("emb_fwd", k.fwd.seconds));
+    x.phase = "a2a_fwd";
   }
   p.push_back(std::move(x));
   p.push_back(compute("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
