@@ -5,7 +5,9 @@
 // `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling or the mode.
 //
 // Every mode runs a persistent grid of workgroups (oneTBB tasks) over the tiles, table by table
-// and within a table remote destinations first (rank+1, rank+2, ..., local last). No workgroup
+// and within a table remote destinations first (rank+1, rank+2, ..., local last); over the p2p
+// transport destination by destination, so that each slice is complete, and leaves, while the
+// rest is computed (order_for). Workgroups poll the transport between tiles. No workgroup
 // waits for another: the waits for peers come after this rank's grid has sent everything, so the
 // grid's size never decides whether the call can finish.
 //
@@ -45,16 +47,26 @@ struct Out {
   std::int64_t s0 = 0, s1 = 0;
 };
 
+/// The tile order: across hosts (p2p) a slice's wire time is comparable to the compute, so each
+/// destination's slice is finished whole, one after the other, and leaves while the rest is
+/// computed; within a host (rma) puts are cheap and table-major's locality wins (the plan).
+Plan::Order order_for(const Runtime& rt) {
+  return rt.transport() == Runtime::Transport::p2p ? Plan::Order::destination_major
+                                                   : Plan::Order::table_major;
+}
+
 /// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
 void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
   if (pl.D == 0 || pl.tp[p] == 0) return;
   const std::int64_t tpp = pl.tp[p], B = pl.batch[pl.me];
   const int grid = rt.grid_for(static_cast<std::size_t>(ceil_div(B, kBagBlock)));
   rt.launch(grid, [&](int w) {
-    for (std::int64_t i = w; i < B; i += grid)
+    for (std::int64_t i = w, n = 0; i < B; i += grid, ++n) {
+      if (n % kBagBlock == 0) rt.poll();  // other sources' slices may still be on the wire
       for (std::int64_t k = 0; k < tpp; ++k)
         std::memcpy(out.data + i * out.s0 + pl.ids[p][k] * out.s1, block + (i * tpp + k) * pl.D,
                     fbytes(pl.D));
+    }
   });
 }
 
@@ -68,13 +80,14 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
   const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int from = rt.slots("emb.from", P);
-  const std::vector<Tile> tiles = pl.fused_tiles();
+  const std::vector<Tile> tiles = pl.fused_tiles(order_for(rt));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
     std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
+      rt.poll();  // earlier tiles' rows leave, peers' arrive, while this rank computes
       const Tile& tl = tiles[i];
       const std::int64_t t = pl.ids[me][tl.k];
       const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
@@ -104,7 +117,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
       if (sent[static_cast<std::size_t>(q)] == 0) continue;
       if (land[static_cast<std::size_t>(q)].id >= 0)
         rt.flush_buffer(land[static_cast<std::size_t>(q)].id, q);
-      rt.signal(q, from + me, sent[static_cast<std::size_t>(q)]);
+      rt.signal(q, from + me, sent[static_cast<std::size_t>(q)], Runtime::Sources::kept);
     }
   });
   const float* recv = rt.data_as<const float>(recv_at);
@@ -135,12 +148,13 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   const int arrive = rt.slots("emb.arrive", P);
   std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(P));
   for (auto& d : done) d.store(0, std::memory_order_relaxed);
-  const std::vector<Tile> tiles = pl.fused_tiles();
+  const std::vector<Tile> tiles = pl.fused_tiles(order_for(rt));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
+      rt.poll();  // finished slices leave, peers' arrive, while this rank computes
       const Tile& tl = tiles[i];
       const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
       if (tl.q == me) {
@@ -155,7 +169,9 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
       if (done[tl.q].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.q)) {
         rt.put(tl.q, recv_at + fbytes(pl.recv_offset(me, tl.q)), slice,
                fbytes(pl.slice_floats(me, tl.q)));
-        rt.signal(tl.q, arrive + me);
+        // The staging slice stays untouched until the call ends: the signal need not wait
+        // for the peer to take the data, and this workgroup goes back to its tiles.
+        rt.signal(tl.q, arrive + me, 1, Runtime::Sources::kept);
       }
     }
   });

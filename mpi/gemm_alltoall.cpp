@@ -70,6 +70,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& e
     std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
+      rt.poll();  // earlier tiles' rows leave, peers' arrive, while this rank computes
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       const std::int64_t row0 = pl.o0[tl.s][e] + tl.r0, width = tl.n1 - tl.n0;
@@ -96,7 +97,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& e
       if (sent[static_cast<std::size_t>(s)] == 0) continue;
       if (land[static_cast<std::size_t>(s)].id >= 0)
         rt.flush_buffer(land[static_cast<std::size_t>(s)].id, s);
-      rt.signal(s, from + me, sent[static_cast<std::size_t>(s)]);
+      rt.signal(s, from + me, sent[static_cast<std::size_t>(s)], Runtime::Sources::kept);
     }
   });
   for (int h : remote_first(me, P))
@@ -131,6 +132,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& 
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
+      rt.poll();  // finished slices leave, peers' arrive, while this rank computes
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       if (tl.s == me) {
@@ -143,7 +145,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<LocalExpert>& 
       if (done[tl.s].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.s)) {
         rt.put(tl.s, recv_at + fbytes(pl.recv_at[me][tl.s] * N), slice,
                fbytes(pl.rows[me][tl.s] * N));
-        rt.signal(tl.s, arrive + me);
+        rt.signal(tl.s, arrive + me, 1, Runtime::Sources::kept);  // the slice stays as it is
       }
     }
   });

@@ -66,6 +66,7 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
     std::vector<std::uint64_t> sent(static_cast<std::size_t>(P), 0);
     for (std::size_t i = static_cast<std::size_t>(wg); i < pl.compute.size();
          i += static_cast<std::size_t>(grid)) {
+      rt.poll();  // finished partials leave, peers' arrive, while this rank computes
       const Tile& t = pl.tiles[pl.compute[i]];
       const std::int64_t len = pl.chunks[t.owner].length, width = t.n1 - t.n0;
       if (t.owner == me) {
@@ -86,14 +87,14 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
         partial_tile(pl, a, t, slice + pl.in_slice(t), len);
         if (done[t.owner].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles_of[t.owner]) {
           rt.put(t.owner, inbox_at + fbytes(me * S), slice, fbytes(pl.m * len));
-          rt.signal(t.owner, in + me);
+          rt.signal(t.owner, in + me, 1, Runtime::Sources::kept);
         }
       }
     }
     // scale_up: one signal per (workgroup, owner), as in embedding_alltoall.cpp's scale_up.
     for (int j : remote_first(me, P))
       if (sent[static_cast<std::size_t>(j)] > 0)
-        rt.signal(j, in + me, sent[static_cast<std::size_t>(j)]);
+        rt.signal(j, in + me, sent[static_cast<std::size_t>(j)], Runtime::Sources::kept);
   });
   const std::uint64_t per_source =
       mode == Mode::scale_up ? static_cast<std::uint64_t>(pl.tiles_of[me]) : (n_me > 0 ? 1 : 0);
@@ -110,7 +111,9 @@ void run_fused(Runtime& rt, const Plan& pl, const GemvAllReduceArgs& a, Mode mod
     rt.launch(g2, [&](int wg) {
       for (int j = wg; j < P - 1; j += g2) {
         rt.put(order[j], gather_at + fbytes(me * S), reduced, fbytes(pl.m * n_me));
-        rt.signal(order[j], out + me);
+        // Peers put into their own gather slabs only: `reduced` stays as it is until the call
+        // ends, so the chunk goes to every peer at once rather than one peer after the other.
+        rt.signal(order[j], out + me, 1, Runtime::Sources::kept);
       }
     });
   for (int p : order)

@@ -296,8 +296,9 @@ void Runtime::flush_buffer(int id, int peer) {
   FC_CHECK_MPI(MPI_Win_flush(peer, it->second.win));
 }
 
-void Runtime::signal(int peer, int slot, std::uint64_t add) {
-  if (transport_ == Transport::p2p) return p2p_signal(peer, slot, add);
+void Runtime::signal(int peer, int slot, std::uint64_t add, Sources sources) {
+  // rma needs the flush whatever the sources: MPI orders no put before a later accumulate.
+  if (transport_ == Transport::p2p) return p2p_signal(peer, slot, add, sources);
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
   FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
                               static_cast<MPI_Aint>(slot) * static_cast<MPI_Aint>(sizeof(add)), 1,
@@ -308,7 +309,7 @@ void Runtime::signal(int peer, int slot, std::uint64_t add) {
 void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) {
   if (peers.empty()) return;
   if (transport_ == Transport::p2p) {
-    for (int peer : peers) p2p_signal(peer, slot, add);
+    for (int peer : peers) p2p_signal(peer, slot, add, Sources::reused);
     return;
   }
   FC_CHECK_MPI(MPI_Win_flush_all(win_));
@@ -522,6 +523,7 @@ void Runtime::p2p_send(int peer, const void* p, std::size_t bytes, int tag,
   const std::lock_guard<std::mutex> lock(send_mu_);
   send_reqs_.push_back(req);
   sends_.push_back(Send{std::move(owned), std::this_thread::get_id(), peer});
+  p2p_busy_.store(true, std::memory_order_relaxed);
 }
 
 void Runtime::p2p_record(int peer, const Header& h, const void* payload, bool now) {
@@ -581,13 +583,17 @@ void Runtime::p2p_put(int peer, int buffer, std::size_t offset, const void* src,
   }
 }
 
-void Runtime::p2p_signal(int peer, int slot, std::uint64_t add) {
+void Runtime::p2p_signal(int peer, int slot, std::uint64_t add, Sources sources) {
   // As an RMA signal completes this thread's puts to `peer`, so that their sources may be
   // reused: wait until MPI is done reading them (the peer has received them). Inline puts were
-  // copied into the outbox already.
-  const std::thread::id me = std::this_thread::get_id();
-  p2p_complete(&me, &peer,
-               detail::make_string("rank ", peer, " to receive the data this rank put to it"));
+  // copied into the outbox already. Sources kept until the call ends need no such wait: the
+  // peer applies the signal only after the puts before it have landed (p2p_progress), so the
+  // signal may leave at once and the workgroup goes on computing while the data travels.
+  if (sources == Sources::reused) {
+    const std::thread::id me = std::this_thread::get_id();
+    p2p_complete(&me, &peer,
+                 detail::make_string("rank ", peer, " to receive the data this rank put to it"));
+  }
   Header h;
   h.kind = kSignal;
   h.slot = slot;
@@ -598,31 +604,28 @@ void Runtime::p2p_signal(int peer, int slot, std::uint64_t add) {
 
 bool Runtime::p2p_progress() {
   {
-    // Reap completed sends (keeps the list short; frees control messages).
+    // Reap completed sends (keeps the list short; frees control messages). One MPI_Testsome,
+    // one trip through Open MPI's progress loop, however many sends are open: a poll between
+    // tiles costs each trip (an epoll and, with mpi_yield_when_idle, a sched_yield).
     const std::lock_guard<std::mutex> lock(send_mu_);
     if (!send_reqs_.empty()) {
-      int flag = 0;
-      FC_CHECK_MPI(MPI_Testall(static_cast<int>(send_reqs_.size()), send_reqs_.data(), &flag,
-                               MPI_STATUSES_IGNORE));
-      if (flag) {
-        send_reqs_.clear();
-        sends_.clear();
-      } else {
-        std::size_t kept = 0;
-        for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
-          int done = send_reqs_[i] == MPI_REQUEST_NULL;
-          if (!done) FC_CHECK_MPI(MPI_Test(&send_reqs_[i], &done, MPI_STATUS_IGNORE));
-          if (done) continue;
-          // Never a self-move: it would free a control message MPI is still sending.
-          if (kept != i) {
-            send_reqs_[kept] = send_reqs_[i];
-            sends_[kept] = std::move(sends_[i]);
-          }
-          ++kept;
+      int outcount = 0;
+      send_done_.resize(send_reqs_.size());
+      FC_CHECK_MPI(MPI_Testsome(static_cast<int>(send_reqs_.size()), send_reqs_.data(), &outcount,
+                                send_done_.data(), MPI_STATUSES_IGNORE));
+      // Completed requests are MPI_REQUEST_NULL now (p2p_complete's MPI_Test nulls some too).
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
+        if (send_reqs_[i] == MPI_REQUEST_NULL) continue;
+        // Never a self-move: it would free a control message MPI is still sending.
+        if (kept != i) {
+          send_reqs_[kept] = send_reqs_[i];
+          sends_[kept] = std::move(sends_[i]);
         }
-        send_reqs_.resize(kept);
-        sends_.resize(kept);
+        ++kept;
       }
+      send_reqs_.resize(kept);
+      sends_.resize(kept);
     }
   }
   std::unique_lock<std::mutex> lock(recv_mu_, std::try_to_lock);
@@ -663,7 +666,8 @@ bool Runtime::p2p_progress() {
     }
   }
   // A signal counts once everything its source sent before it has landed.
-  for (auto& queue : arrivals_)
+  bool receiving = false;
+  for (auto& queue : arrivals_) {
     while (!queue.empty()) {
       Arrival& a = queue.front();
       if (a.req != MPI_REQUEST_NULL) {
@@ -675,7 +679,28 @@ bool Runtime::p2p_progress() {
       }
       queue.pop_front();
     }
+    receiving = receiving || !queue.empty();
+  }
+  {
+    // Under send_mu_, as p2p_send's store: a send started meanwhile is never marked idle.
+    const std::lock_guard<std::mutex> send_lock(send_mu_);
+    p2p_busy_.store(!send_reqs_.empty() || receiving, std::memory_order_relaxed);
+  }
   return true;
+}
+
+void Runtime::poll() {
+  if (transport_ != Transport::p2p) return;
+  const std::int64_t now = Clock::now().time_since_epoch().count();
+  std::int64_t last = last_poll_.load(std::memory_order_relaxed);
+  // Each poke costs CPU time the grid could use (trips through Open MPI's progress loop, and
+  // the TCP copies it makes): often while this rank's sends or receives are under way, rarely
+  // while it only looks for new control messages.
+  const auto every = p2p_busy_.load(std::memory_order_relaxed) ? kPollInterval : kIdlePollInterval;
+  if (now - last < std::chrono::duration_cast<Clock::duration>(every).count()) return;
+  // One workgroup polls; the others go on computing.
+  if (!last_poll_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  p2p_progress();
 }
 
 void Runtime::p2p_complete(const std::thread::id* who, const int* peer, const std::string& what) {

@@ -13,7 +13,8 @@
 //   control message, sent when it nears TCP's eager limit, with every signal or large put, and
 //   before this rank waits or ends a call: a put need land only before the next signal from
 //   this rank to that peer (put's contract below). A receiver drains control messages
-//   whenever it waits (or signals, or ends a call): it receives each large put into its place with
+//   whenever it waits (or signals, ends a call, or its workgroups poll between tiles: Open MPI's
+//   TCP BTL moves bytes only inside MPI calls): it receives each large put into its place with
 //   an MPI_Irecv and applies a signal only once the receives that came before it from that source
 //   have landed. So data leaves as soon as a workgroup puts it, and no rank relies on a peer
 //   calling MPI except to wait for what that peer expects anyway.
@@ -32,6 +33,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -118,11 +120,25 @@ class Runtime {
   /// target only after the next `signal` to (or `flush` of) that peer from this thread: the
   /// put-before-signal rule of docs/semantics.md ("Calling contract").
   void put(int peer, std::size_t offset, const void* src, std::size_t bytes);
+  /// Whether the sources of a signal's puts may change after the signal returns (`reused`, the
+  /// default: the signal waits until MPI has read them) or stay untouched until the call ends
+  /// (`kept`: a staging area; over p2p the signal then leaves at once, without waiting for the
+  /// peer to take the data, and `end_call` completes the sends).
+  enum class Sources { reused, kept };
   /// Remote completion of this thread's earlier puts to `peer`, then an atomic `+add` of `peer`'s
   /// `slot`, itself flushed so that the target sees it without our further help. Each signal
   /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
   /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
-  void signal(int peer, int slot, std::uint64_t add = 1);
+  void signal(int peer, int slot, std::uint64_t add = 1, Sources sources = Sources::reused);
+  /// A progress poke for workgroups between tiles (p2p; nothing under rma, where puts need no
+  /// help from the target): completes finished sends, drains the control messages that arrived
+  /// (posting large puts' receives into place) and applies landed signals. Open MPI's TCP BTL
+  /// moves data only inside MPI calls, so without it nothing a rank sends or receives
+  /// progresses while its grid computes. Bounded: at most one workgroup of the rank polls at a
+  /// time, no more often than every kPollInterval while sends or receives are under way and
+  /// every kIdlePollInterval otherwise; it never waits.
+  void poll();
+  static constexpr std::chrono::microseconds kPollInterval{100}, kIdlePollInterval{1000};
   /// `signal(peer, slot, add)` for every peer in `peers`, with two MPI_Win_flush_all calls in all
   /// instead of two flushes per peer: for a rank that has just put to all of them in one go.
   void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add = 1);
@@ -227,7 +243,7 @@ class Runtime {
   void p2p_flush();
   void p2p_put(int peer, int buffer, std::size_t offset, const void* src, std::size_t bytes);
   void p2p_send(int peer, const void* p, std::size_t bytes, int tag, std::vector<char> owned);
-  void p2p_signal(int peer, int slot, std::uint64_t add);
+  void p2p_signal(int peer, int slot, std::uint64_t add, Sources sources);
   /// Receives what has arrived and applies what has landed; false if another thread was at it.
   bool p2p_progress();
   /// Completes the sends of `who` to `peer` (any thread / any peer when unset), progressing.
@@ -269,11 +285,14 @@ class Runtime {
   std::mutex send_mu_;
   std::vector<MPI_Request> send_reqs_;  // parallel to sends_
   std::vector<Send> sends_;
+  std::vector<int> send_done_;  // MPI_Testsome's indices
   std::mutex recv_mu_;
   std::vector<std::deque<Arrival>> arrivals_;
   std::vector<char> inbox_;
   std::vector<std::unique_ptr<Outbox>> outboxes_;  // per peer
   std::atomic<std::uint32_t> next_tag_{0};
+  std::atomic<std::int64_t> last_poll_{0};  // steady_clock ticks of the last poll()
+  std::atomic<bool> p2p_busy_{false};       // sends open or large puts being received
   int data_tags_ = 1;
   bool failed_ = false;
   bool in_agreement_ = false;

@@ -5,17 +5,20 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/check.hpp"
 #include "common/eigen_ref.hpp"
 #include "common/worlds.hpp"
+#include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/embedding_alltoall.hpp"
 #include "fusedcoll/inputs.hpp"
@@ -462,6 +465,56 @@ TEST(EmbeddingAliasing, OutputOfOneRankOverInputOfAnother) {
   EXPECT_TRUE(fctest::same_bits("rank 0", 0, world[0].output, plain[0].output));
   EXPECT_TRUE(fctest::same_bits("rank 1 (aliased)", 1, std::vector<float>(shared, shared + 24),
                                 plain[1].output));
+}
+
+}  // namespace
+
+namespace {
+
+// The plan's two tile orders (detail/embedding_plan.hpp): the same tiles, and destination-major
+// completes each destination's slice, remote destinations first in communication-aware order,
+// before it starts the next one (the MPI p2p transport ships a slice as soon as it is complete).
+TEST(EmbeddingPlan, DestinationMajorCompletesOneSliceAfterAnother) {
+  namespace emb = fusedcoll::detail::embedding;
+  for (int P : {1, 2, 4}) {
+    auto pb = EmbeddingProblem::dlrm(P);
+    pb.batch_sizes.assign(static_cast<std::size_t>(P), 40);  // several tiles per table
+    if (P == 4) pb.batch_sizes[2] = 0;                        // a destination with no tiles
+    auto world = fusedcoll::make_world(pb);
+    for (int me = 0; me < P; ++me) {
+      const emb::Plan pl(world[static_cast<std::size_t>(me)].args(), me, P);
+      auto key = [](const emb::Tile& t) { return std::tuple(t.q, t.k, t.i0, t.i1); };
+      auto table = pl.fused_tiles(emb::Plan::Order::table_major);
+      auto dest = pl.fused_tiles(emb::Plan::Order::destination_major);
+      ASSERT_EQ(table.size(), dest.size());
+      std::vector<std::tuple<int, int, std::int64_t, std::int64_t>> a, b;
+      for (const auto& t : table) a.push_back(key(t));
+      for (const auto& t : dest) b.push_back(key(t));
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      EXPECT_EQ(a, b) << "P " << P << " rank " << me;
+      // Destinations appear in remote_first order, each one's tiles in one run.
+      std::vector<int> seen;
+      std::int64_t run = 0;
+      for (std::size_t i = 0; i < dest.size(); ++i) {
+        if (seen.empty() || seen.back() != dest[i].q) {
+          if (!seen.empty()) {
+            EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+          }
+          seen.push_back(dest[i].q);
+          run = 0;
+        }
+        ++run;
+      }
+      if (!seen.empty()) {
+        EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+      }
+      std::vector<int> expect;
+      for (int q : fusedcoll::detail::remote_first(me, P))
+        if (pl.tiles(me, q) > 0) expect.push_back(q);
+      EXPECT_EQ(seen, expect) << "P " << P << " rank " << me;
+    }
+  }
 }
 
 }  // namespace

@@ -87,17 +87,34 @@ struct Plan {
   std::int64_t recv_floats() const { return *std::max_element(batch.begin(), batch.end()) * T * D; }
   std::size_t stage_bytes() const { return static_cast<std::size_t>(stage_floats()) * sizeof(float); }
   std::size_t recv_bytes() const { return static_cast<std::size_t>(recv_floats()) * sizeof(float); }
-  /// The fused kernels' tiles of this rank: table by table, and within a table destinations in
-  /// communication-aware order (rank+1, rank+2, ..., the local rank last) so remote data leaves
-  /// first. Table-major keeps a WG on one table for consecutive tiles, as in the unfused kernel;
-  /// destination-major order made every WG sweep each table P times and measured up to ~25%
-  /// slower (docs/results.md).
-  std::vector<Tile> fused_tiles() const {
+  /// The orders of the fused kernels' tiles (fused_tiles). Both send remote data first; they
+  /// trade compute locality against when a destination's slice is complete.
+  enum class Order {
+    /// Table by table, and within a table the destinations in communication-aware order (rank+1,
+    /// rank+2, ..., the local rank last). A WG stays on one table for consecutive tiles, as in
+    /// the unfused kernel; destination-major made every WG sweep each table P times and measured
+    /// up to ~25% slower on the emulator (docs/results.md). But every slice is complete only
+    /// with the last table's tiles, near the end of the grid.
+    table_major,
+    /// Destination by destination in communication-aware order, all tables of one destination
+    /// before the next: destination q's slice is complete after about (its position + 1) / P of
+    /// the grid, so it can be on the wire while the rest is computed. For links whose time is
+    /// comparable to the compute (the MPI backend's p2p transport across hosts).
+    destination_major,
+  };
+  std::vector<Tile> fused_tiles(Order order = Order::table_major) const {
     std::vector<Tile> out;
-    for (int k = 0; k < static_cast<int>(tp[me]); ++k)
+    const auto add = [&](int q, int k) {
+      for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
+        out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
+    };
+    if (order == Order::destination_major) {
       for (int q : remote_first(me, P))
-        for (std::int64_t i0 = 0; i0 < batch[q]; i0 += kBagBlock)
-          out.push_back({q, k, i0, std::min(i0 + kBagBlock, batch[q])});
+        for (int k = 0; k < static_cast<int>(tp[me]); ++k) add(q, k);
+    } else {
+      for (int k = 0; k < static_cast<int>(tp[me]); ++k)
+        for (int q : remote_first(me, P)) add(q, k);
+    }
     return out;
   }
   /// The unfused baseline's pooling tiles: every local bag of the global batch into L
