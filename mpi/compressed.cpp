@@ -129,8 +129,9 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
   wait_all_peers(rt, in, key.c_str());
   const int64_t first = off[me];
   const int divide = fusedcoll::detail::divides_after(op, wire) ? P : 0;
-  std::vector<fusedcoll::detail::WireSource> rows(static_cast<std::size_t>(P));
   for_pieces(rt, len[me], [&](int64_t o, int64_t n) {
+    // Per piece: workgroups run this concurrently (a shared list raced above 4 MiB).
+    std::vector<fusedcoll::detail::WireSource> rows(static_cast<std::size_t>(P));
     float* acc = piece_buffer(0, n);
     for (int p = 0; p < P; ++p)
       rows[p] = {fusedcoll::detail::WireSource::Kind::wire,
