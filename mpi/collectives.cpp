@@ -144,12 +144,16 @@ void all_reduce_chain(Runtime& rt, const AllReduceArgs& a, const Topology& t) {
   const int S = static_cast<int>(t.seg_first.size());
   const int k = t.seg_of[me], first = t.seg_first[k], L = t.seg_last[k] - first + 1;
   const int my_host = t.seg_host[k], prod_host = t.seg_host[S - 1];
-  constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
+  // Pieces of at most 1 MiB, and at least kMinPieces of at least 256 KiB each where the buffer
+  // allows: the way back starts only when the first piece is finished, so a buffer of a few
+  // pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at 1 Gbit/s).
+  constexpr std::int64_t kPieceBytes = std::int64_t{1} << 20, kMinPieceBytes = 256 << 10;
+  constexpr std::int64_t kMinPieces = 16;
   constexpr int kLag = 4;
+  const auto total = static_cast<std::int64_t>(nbytes(a.count, es));
   const int K = static_cast<int>(std::min<std::int64_t>(
-      a.count, std::max<std::int64_t>(t.max_local,
-                                      ceil_div(static_cast<std::int64_t>(nbytes(a.count, es)),
-                                               static_cast<std::int64_t>(kPieceBytes)))));
+      a.count, std::max({std::int64_t{t.max_local}, ceil_div(total, kPieceBytes),
+                         std::min(kMinPieces, ceil_div(total, kMinPieceBytes))})));
   // Window: [ running values in: count | finished: count | segment mates' values: rows ]
   const std::size_t acc_at = 0, fin_at = nbytes(a.count, es), row_at = 2 * fin_at;
   rt.reserve(row_at + nbytes(a.count * std::max(t.max_local - 1, 1), es));
