@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
@@ -68,6 +70,34 @@ std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) 
 
 double secs(const Cluster& c, const model::Work& w) { return model::seconds(c.preset, w); }
 
+/// Makespan of a copy kernel of `g` workgroups in which workgroup w copies `bytes(w)` bytes (the
+/// unpacks after an All-to-All or a scale-out exchange).
+template <class Bytes>
+double copy_kernel(const Cluster& c, int g, Bytes bytes) {
+  Grid k(c, g);
+  for (int w = 0; w < g; ++w) k.run_wg(w, secs(c, model::copy(bytes(w))));
+  return k.makespan();
+}
+
+/// A fused kernel's tiles in plan order on grid `k`: under scale_up each remote tile's bytes leave
+/// as it ends; under scale_out the time each remote destination's slice is complete (its last
+/// tile's end) is returned. `tile(i)` gives {seconds, destination, bytes} of tile i.
+template <class TileOf>
+std::vector<double> run_fused_tiles(const Cluster& c, Grid& k, std::size_t tiles, int me, int P,
+                                    Mode mode, Step& x, TileOf tile) {
+  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const auto [seconds, q, bytes] = tile(i);
+    const double end = launch(c) + k.run(i, seconds);
+    if (q == me) continue;
+    if (mode == Mode::scale_up)
+      x.sends.push_back({end, q, bytes});
+    else
+      slice_end[static_cast<std::size_t>(q)] = std::max(slice_end[static_cast<std::size_t>(q)], end);
+  }
+  return slice_end;
+}
+
 void check_ranks(int world_size, const Cluster& c, const char* op) {
   if (world_size != c.ranks())
     throw InvalidArgument(std::string("op ") + op + ": the problem has " + std::to_string(world_size) +
@@ -109,10 +139,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
     for (int q = 0; q < P; ++q)
       if (q != me) x.sends.push_back({launch(c), q, pl.slice_floats(me, q) * 4});
     const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, pl.batch[me])));
-    Grid k2(c, g);
-    for (int w = 0; w < g; ++w)
-      k2.run_wg(w, secs(c, model::copy(rows_of(pl.batch[me], w, g) * pl.T * D * 4)));
-    x.after = k2.makespan();
+    x.after = copy_kernel(c, g, [&](int w) { return rows_of(pl.batch[me], w, g) * pl.T * D * 4; });
     prog.push_back(std::move(x));
     return prog;
   }
@@ -120,16 +147,11 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
   const int g = grid_for(c, tiles.size());
   Grid k(c, g);
   Step x = exchange_step("embedding_alltoall");
-  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
+  // Under scale_up a tile's rows are stored straight into q's output.
+  const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
     const Tile& t = tiles[i];
-    const double end = launch(c) + k.run(i, pool(t.k, pl.start[t.q] + t.i0, pl.start[t.q] + t.i1));
-    if (t.q == me) continue;
-    if (mode == Mode::scale_up)  // the tile's rows stored straight into q's output
-      x.sends.push_back({end, t.q, (t.i1 - t.i0) * D * 4});
-    else
-      slice_end[static_cast<std::size_t>(t.q)] = std::max(slice_end[static_cast<std::size_t>(t.q)], end);
-  }
+    return std::tuple{pool(t.k, pl.start[t.q] + t.i0, pl.start[t.q] + t.i1), t.q, (t.i1 - t.i0) * D * 4};
+  });
   x.seconds = launch(c) + k.makespan();
   if (mode == Mode::scale_out) {
     // The slice leaves with its last tile; every workgroup unpacks its rows of each slice.
@@ -139,10 +161,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
       if (pl.tiles(me, q) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, pl.slice_floats(me, q) * 4});
       if (pl.tiles(q, me) > 0) remote_tables += pl.tp[static_cast<std::size_t>(q)];
     }
-    Grid u(c, g);
-    for (int w = 0; w < g; ++w)
-      u.run_wg(w, secs(c, model::copy(rows_of(pl.batch[me], w, g) * remote_tables * D * 4)));
-    x.after = u.makespan();
+    x.after = copy_kernel(c, g, [&](int w) { return rows_of(pl.batch[me], w, g) * remote_tables * D * 4; });
   }
   prog.push_back(std::move(x));
   return prog;
@@ -189,13 +208,11 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     std::int64_t received = 0;
     for (int h = 0; h < P; ++h) received += pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(me)];
     const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, received)));
-    Grid k2(c, g);
-    for (int w = 0; w < g; ++w) {
+    x.after = copy_kernel(c, g, [&](int w) {
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h) rows += unpack_rows(h, w, g);
-      k2.run_wg(w, secs(c, model::copy(rows * N * 4)));
-    }
-    x.after = k2.makespan();
+      return rows * N * 4;
+    });
     prog.push_back(std::move(x));
     return prog;
   }
@@ -203,28 +220,20 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   const int g = grid_for(c, tiles.size());
   Grid k(c, g);
   Step x = exchange_step("gemm_alltoall");
-  std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
+  const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
     const Tile& t = tiles[i];
-    const double end = launch(c) + k.run(i, cost(t));
-    if (t.s == me) continue;
-    if (mode == Mode::scale_up)
-      x.sends.push_back({end, t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4});
-    else
-      slice_end[static_cast<std::size_t>(t.s)] = std::max(slice_end[static_cast<std::size_t>(t.s)], end);
-  }
+    return std::tuple{cost(t), t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4};
+  });
   x.seconds = launch(c) + k.makespan();
   if (mode == Mode::scale_out) {
     for (int s = 0; s < P; ++s)
       if (s != me && pl.tiles(me, s) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(s)], s, slice_bytes(me, s)});
-    Grid u(c, g);
-    for (int w = 0; w < g; ++w) {
+    x.after = copy_kernel(c, g, [&](int w) {
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h)
         if (h != me && pl.tiles(h, me) > 0) rows += unpack_rows(h, w, g);
-      u.run_wg(w, secs(c, model::copy(rows * N * 4)));
-    }
-    x.after = u.makespan();
+      return rows * N * 4;
+    });
   }
   prog.push_back(std::move(x));
   return prog;
