@@ -1,13 +1,11 @@
 // The emulator's link model: what it books for each put and when it makes a signal due (exact,
-// on a link held busy until a fixed anchor), that a put costs the modelled wall time, puts share
-// their device's link back to back, latency adds, and results stay bit-exact. The wall-clock
-// tests leave wide margins over this VM's copy times (the tight 10 GB/s case is a benchmark:
-// `fusedcoll-emu-bench --link`); CTest runs this binary alone (RUN_SERIAL), and they skip
-// themselves under sanitizers.
+// on a link held busy until a fixed anchor), that without the model nothing is booked, and that
+// results stay bit-exact under it. Whether a put then costs the modelled wall time (64 MiB at 10
+// and 1 GB/s, puts sharing the link, latency) is a benchmark, `fusedcoll-emu-bench --link`
+// (docs/benchmarking.md): a wall-clock bound in a unit test fails under load.
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -18,56 +16,12 @@
 #include "fusedcoll/fusedcoll.hpp"
 
 namespace fc = fusedcoll;
-using fc::emu::Cmp;
 using fc::emu::SignalOp;
 using fc::emu::WgContext;
 using fc::emu::WgTask;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;  // instrumented copies outlast any modelled link
-#else
-constexpr bool kSanitized = false;
-#endif
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// The median over `trials` of: rank 0 issues `puts` puts of `bytes` each, then one signal; the
-/// time from the first put to rank 1 observing the signal.
-double median_delivery_ms(fc::emu::World& world, std::size_t bytes, int puts, int trials) {
-  std::vector<Clock::time_point> sent(trials), got(trials);
-  std::vector<std::byte> src(bytes * puts, std::byte{1});
-  world.run([&](fc::Communicator& comm) {
-    auto& rk = *world.state().ranks[comm.rank()];
-    const auto box = rk.alloc(bytes * puts, "box");
-    const int slot = rk.slots("delivered", 1);
-    for (int t = 0; t < trials; ++t) {
-      rk.begin_op();
-      rk.barrier("trial");
-      const std::uint64_t target = rk.expect(slot, comm.rank() == 1 ? 1 : 0);
-      rk.launch("transfer", 1, [&](WgContext& wg) -> WgTask {
-        if (wg.rank() == 0) {
-          sent[t] = Clock::now();
-          for (int i = 0; i < puts; ++i) wg.put(1, box, i * bytes, src.data() + i * bytes, bytes);
-          wg.signal(1, slot, SignalOp::add, 1);
-        } else {
-          co_await wg.wait_until(slot, Cmp::ge, target);
-          got[t] = Clock::now();
-        }
-        co_return;
-      });
-    }
-  });
-  std::vector<double> ms;
-  for (int t = 0; t < trials; ++t)
-    ms.push_back(std::chrono::duration<double, std::milli>(got[t] - sent[t]).count());
-  return median(ms);
-}
 
 fc::emu::WorldOptions linked(double gbps, double latency_us) {
   return {.world_size = 2, .device = {.compute_units = 1}, .timeout_s = 20, .fuzz_seed = 0,
@@ -120,26 +74,28 @@ TEST(EmuLink, PutsBookTheLinkBackToBackAndTheSignalIsDueOneLatencyAfter) {
   EXPECT_EQ(world.bytes_sent(0), kBig + 4 * kSmall);
 }
 
-TEST(EmuLink, A64MiBPutAt1GBpsTakes67Milliseconds) {
-  if (kSanitized) GTEST_SKIP() << "timing is meaningless under sanitizers";
-  const double expect = 64.0 * 1024 * 1024 / 1e9 * 1e3;
-  fc::emu::World world(linked(1, 0));
-  EXPECT_NEAR(median_delivery_ms(world, 64 << 20, 1, 3), expect, 0.1 * expect);
-}
-
-TEST(EmuLink, PutsShareTheLinkAndLatencyAdds) {
-  if (kSanitized) GTEST_SKIP() << "timing is meaningless under sanitizers";
-  // Four 4 MiB puts leave one after another at 1 GB/s (4 x 4.19 ms), then 5 ms of latency.
-  const double expect = 4 * 4.0 * 1024 * 1024 / 1e9 * 1e3 + 5.0;
-  fc::emu::World world(linked(1, 5000));
-  EXPECT_NEAR(median_delivery_ms(world, 4 << 20, 4, 3), expect, 0.1 * expect);
-}
-
-TEST(EmuLink, WithoutTheModelDeliveryIsJustTheCopy) {
-  if (kSanitized) GTEST_SKIP() << "timing is meaningless under sanitizers";
+// Off by default: no link exists, so a put is the copy alone and its signal lands with it.
+TEST(EmuLink, WithoutTheModelNothingIsBookedAndTheSignalLandsAtOnce) {
   fc::emu::World world({.world_size = 2, .device = {.compute_units = 1}, .timeout_s = 20});
-  // Far below the 67 ms a 1 GB/s link would take: the model is really off by default.
-  EXPECT_LT(median_delivery_ms(world, 64 << 20, 1, 3), 40.0);
+  EXPECT_EQ(world.state().devices[0]->link, nullptr);
+  std::vector<std::byte> src(1 << 20, std::byte{7});
+  int slot = -1;
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = *world.state().ranks[comm.rank()];
+    const auto box = rk.alloc(src.size(), "box");
+    const int delivered = rk.slots("delivered", 1);
+    if (comm.rank() == 1) slot = delivered;
+    rk.begin_op();
+    rk.launch("transfer", 1, [&](WgContext& wg) -> WgTask {
+      if (wg.rank() == 0) {
+        wg.put(1, box, 0, src.data(), src.size());
+        wg.signal(1, delivered, SignalOp::add, 1);
+      }
+      co_return;
+    });
+  });
+  EXPECT_EQ(world.state().devices[1]->slots[slot].load(), 1u);
+  EXPECT_EQ(world.bytes_sent(0), src.size());
 }
 
 // Delayed signals must not change a bit, nor break the protocol (checked), under fuzzing.
