@@ -142,6 +142,18 @@ TEST(MpiCollectives, CompressedLargeMatchRef) {
   run_cases(cases);
 }
 
+// Each owner's chunk above Runtime::kParallelBytes (4 MiB of f32), so its fold runs on several
+// workgroups at once: a list shared by them raced there (b78392b), which the cases above, all
+// below 4 MiB per chunk, could not see. A race shows only when the workgroups overlap: with that
+// bug back this failed 1 run in 2 at np 4 on a busy 2-core machine, never at np 2.
+TEST(MpiCollectives, CompressedChunksOnSeveralWorkgroupsMatchRef) {
+  Cases cases;
+  const std::int64_t count = (std::int64_t{1} << 20) * world_size() + 7;
+  add_all_reduce(cases, world_size(), count, DType::f32, ReduceOp::sum, AllReduceAlgo::direct,
+                 false, 3000, {.format = fusedcoll::WireFormat::f16});
+  run_cases(cases);
+}
+
 // The worked example of docs/semantics.md: with P = 3 the two algorithms' orders give different
 // bits, and each must give its own.
 TEST(MpiCollectives, DirectAndRingOrdersDiffer) {
