@@ -29,6 +29,40 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// The link fit of a size sweep: the time at 8 B (latency) and the bandwidth from the largest
+/// size beyond it.
+struct Fit {
+  double latency_s = 0;
+  double gbps = 0;
+};
+
+/// Times `trial(n)` for n = 8, 64, ... up to `largest` bytes, `reps` times after `warmup`, each
+/// after a barrier; rank 0 prints the median of each size (GB/s with `digits` decimals) and
+/// returns the fit. `trial` returns the time of one transfer on rank 0 (ignored elsewhere).
+template <class Trial>
+Fit sweep(int rank, int reps, int warmup, std::int64_t largest, const char* time_header,
+          int digits, Trial trial) {
+  if (rank == 0) std::printf("%12s %12s %10s\n", "bytes", time_header, "GB/s");
+  double latency_s = 0, last_s = 0;
+  std::int64_t last_n = 0;
+  for (std::int64_t n = 8; n <= largest; n *= 8) {
+    std::vector<double> times;
+    for (int r = 0; r < reps + warmup; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t = trial(n);
+      if (r >= warmup) times.push_back(t);
+    }
+    if (rank == 0) {
+      const double t = median(times);
+      std::printf("%12lld %12.2f %10.*f\n", static_cast<long long>(n), t * 1e6, digits, n / t / 1e9);
+      if (n == 8) latency_s = t;
+      last_s = t;
+      last_n = n;
+    }
+  }
+  return {latency_s, last_s > latency_s ? last_n / (last_s - latency_s) / 1e9 : 0.0};
+}
+
 /// --p2p: where no RMA window spans the ranks (hosts joined by TCP), the MPI backend's p2p
 /// transport sends messages; a ping-pong of n bytes, half the round trip, is the cost model's
 /// link time for n bytes: latency at 8 B, bandwidth from the largest size beyond it.
@@ -36,37 +70,22 @@ int p2p_main(int rank, int reps, std::int64_t largest) {
   constexpr int kWarmup = 3;
   std::vector<char> buf(static_cast<std::size_t>(largest), 0x5a);
   const int peer = 1 - rank;
-  if (rank == 0) std::printf("%12s %12s %10s\n", "bytes", "one-way(us)", "GB/s");
-  double latency_s = 0, last_s = 0;
-  std::int64_t last_n = 0;
-  for (std::int64_t n = 8; n <= largest; n *= 8) {
-    std::vector<double> times;
-    for (int r = 0; r < reps + kWarmup; ++r) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      if (rank == 0) {
-        MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-        MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-      } else {
-        MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-        MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-      }
-      if (r >= kWarmup) times.push_back((MPI_Wtime() - t0) / 2);
-    }
+  const Fit fit = sweep(rank, reps, kWarmup, largest, "one-way(us)", 4, [&](std::int64_t n) {
+    const double t0 = MPI_Wtime();
     if (rank == 0) {
-      const double t = median(times);
-      std::printf("%12lld %12.2f %10.4f\n", static_cast<long long>(n), t * 1e6, n / t / 1e9);
-      if (n == 8) latency_s = t;
-      last_s = t;
-      last_n = n;
+      MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+      MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      MPI_Send(buf.data(), static_cast<int>(n), MPI_BYTE, peer, 0, MPI_COMM_WORLD);
     }
-  }
+    return (MPI_Wtime() - t0) / 2;
+  });
   if (rank == 0) {
-    std::printf("latency_us %.3f\n", latency_s * 1e6);
-    std::printf("bandwidth_gbps %.4f\n",
-                last_s > latency_s ? last_n / (last_s - latency_s) / 1e9 : 0.0);
+    std::printf("latency_us %.3f\n", fit.latency_s * 1e6);
+    std::printf("bandwidth_gbps %.4f\n", fit.gbps);
   }
   MPI_Finalize();
   return 0;
@@ -102,39 +121,25 @@ int main(int argc, char** argv) {
   std::vector<char> src(static_cast<std::size_t>(largest), 0x5a);
   auto* flag = static_cast<std::uint64_t*>(base);
   std::uint64_t expected = 0;
-  if (rank == 0) std::printf("%12s %12s %10s\n", "bytes", "time(us)", "GB/s");
-  double latency_s = 0, last_s = 0;
-  std::int64_t last_n = 0;
-  for (std::int64_t n = 8; n <= largest; n *= 8) {
-    std::vector<double> times;
-    for (int r = 0; r < reps + kWarmup; ++r) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      if (rank == 0) {
-        const double t0 = MPI_Wtime();
-        MPI_Put(src.data(), static_cast<int>(n), MPI_BYTE, 1, static_cast<MPI_Aint>(flag_bytes),
-                static_cast<int>(n), MPI_BYTE, win);
-        MPI_Win_flush(1, win);
-        const std::uint64_t one = 1;
-        MPI_Accumulate(&one, 1, MPI_UINT64_T, 1, 0, 1, MPI_UINT64_T, MPI_SUM, win);
-        MPI_Win_flush(1, win);
-        if (r >= kWarmup) times.push_back(MPI_Wtime() - t0);
-      } else {
-        ++expected;
-        std::uint64_t seen = 0;
-        do {
-          MPI_Fetch_and_op(nullptr, &seen, MPI_UINT64_T, 1, 0, MPI_NO_OP, win);
-          MPI_Win_flush(1, win);
-        } while (seen < expected);
-      }
-    }
+  const Fit fit = sweep(rank, reps, kWarmup, largest, "time(us)", 3, [&](std::int64_t n) {
     if (rank == 0) {
-      const double t = median(times);
-      std::printf("%12lld %12.2f %10.3f\n", static_cast<long long>(n), t * 1e6, n / t / 1e9);
-      if (n == 8) latency_s = t;
-      last_s = t;
-      last_n = n;
+      const double t0 = MPI_Wtime();
+      MPI_Put(src.data(), static_cast<int>(n), MPI_BYTE, 1, static_cast<MPI_Aint>(flag_bytes),
+              static_cast<int>(n), MPI_BYTE, win);
+      MPI_Win_flush(1, win);
+      const std::uint64_t one = 1;
+      MPI_Accumulate(&one, 1, MPI_UINT64_T, 1, 0, 1, MPI_UINT64_T, MPI_SUM, win);
+      MPI_Win_flush(1, win);
+      return MPI_Wtime() - t0;
     }
-  }
+    ++expected;
+    std::uint64_t seen = 0;
+    do {
+      MPI_Fetch_and_op(nullptr, &seen, MPI_UINT64_T, 1, 0, MPI_NO_OP, win);
+      MPI_Win_flush(1, win);
+    } while (seen < expected);
+    return 0.0;
+  });
   constexpr int kSmallPuts = 1024;
   constexpr int kSmallBytes = 256;
   std::vector<double> small;
@@ -151,10 +156,9 @@ int main(int argc, char** argv) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("latency_us %.3f\n", latency_s * 1e6);
+    std::printf("latency_us %.3f\n", fit.latency_s * 1e6);
     std::printf("put_us %.4f\n", median(small) * 1e6);
-    std::printf("bandwidth_gbps %.3f\n",
-                last_s > latency_s ? last_n / (last_s - latency_s) / 1e9 : 0.0);
+    std::printf("bandwidth_gbps %.3f\n", fit.gbps);
   }
   (void)flag;
   MPI_Win_unlock_all(win);
