@@ -120,14 +120,6 @@ Mlp mlp(const Cluster& c, std::int64_t b, std::int64_t in, const std::vector<std
   return r;
 }
 
-Step compute(const std::string& phase, double s) {
-  Step st;
-  st.kind = Step::compute;
-  st.phase = phase;
-  st.seconds = s;
-  return st;
-}
-
 /// The columns of all tables concatenated.
 std::vector<Shard> column_range(const Dlrm& m, std::int64_t g0, std::int64_t g1) {
   std::vector<Shard> out;
@@ -315,24 +307,22 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
     x.phase = "emb_a2a_fwd";
     x.seconds = k.fwd.seconds;
   } else {
-    p.push_back(compute("emb_fwd", k.fwd.seconds));
+    p.push_back(compute_step("emb_fwd", k.fwd.seconds));
     x.phase = "a2a_fwd";
   }
   p.push_back(std::move(x));
-  p.push_back(compute("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
-  p.push_back(compute("mlp_bwd", k.top.bwd));
+  p.push_back(compute_step("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
+  p.push_back(compute_step("mlp_bwd", k.top.bwd));
   Step ar;
   ar.kind = Step::allreduce;
   ar.phase = "mlp_bwd";
   ar.bytes = k.top.params * 4;
   p.push_back(ar);
-  p.push_back(compute("mlp_bwd", k.interaction_bwd + k.bottom.bwd));
+  p.push_back(compute_step("mlp_bwd", k.interaction_bwd + k.bottom.bwd));
   ar.bytes = k.bottom.params * 4;
   p.push_back(ar);
   // Backward: the gradients of the pooled rows go back to the shards' owners.
-  Step y;
-  y.kind = Step::exchange;
-  y.phase = "a2a_emb_bwd";
+  Step y = exchange_step("a2a_emb_bwd");
   for (int o = 0; o < P; ++o)
     y.sends.push_back({0.0, o, cols_of(shards[static_cast<std::size_t>(o)]) * k.b * 4});
   if (fused && m.fuse_backward) {
@@ -346,13 +336,13 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
   } else {
     y.seconds = k.bwd_pack;
     p.push_back(std::move(y));
-    p.push_back(compute("a2a_emb_bwd", k.bwd.seconds));
+    p.push_back(compute_step("a2a_emb_bwd", k.bwd.seconds));
   }
   Step w;
   w.kind = Step::wait_comm;
   w.phase = "allreduce_wait";
   p.push_back(w);
-  p.push_back(compute("optimizer", k.optimizer));
+  p.push_back(compute_step("optimizer", k.optimizer));
   return p;
 }
 

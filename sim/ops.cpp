@@ -48,21 +48,6 @@ struct Grid {
   double makespan() const { return *std::max_element(cu.begin(), cu.end()); }
 };
 
-Step compute_step(const std::string& phase, double s) {
-  Step st;
-  st.kind = Step::compute;
-  st.phase = phase;
-  st.seconds = s;
-  return st;
-}
-
-Step exchange_step(const std::string& phase) {
-  Step st;
-  st.kind = Step::exchange;
-  st.phase = phase;
-  return st;
-}
-
 /// The emulator's `rows_of`: rows first, first + step, ... of a batch of `batch`.
 std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) {
   return first < batch ? (batch - first + step - 1) / step : 0;

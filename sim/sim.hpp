@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusedcoll/model.hpp"
@@ -53,6 +54,23 @@ struct Step {
   std::vector<Send> sends;
   std::int64_t bytes = 0;
 };
+
+/// A compute step: the stream is busy `seconds`, counted under `phase`.
+inline Step compute_step(std::string phase, double seconds) {
+  Step st;
+  st.kind = Step::compute;
+  st.phase = std::move(phase);
+  st.seconds = seconds;
+  return st;
+}
+
+/// An exchange step counted under `phase`; the caller adds its sends, kernel time and unpack.
+inline Step exchange_step(std::string phase) {
+  Step st;
+  st.kind = Step::exchange;
+  st.phase = std::move(phase);
+  return st;
+}
 
 using Program = std::vector<Step>;
 
