@@ -28,7 +28,7 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        -C C       compute units per virtual GPU (default 2; mpi: workgroups per rank,
                   default oneTBB's concurrency)
        -o OP      reduction: sum avg min max (default sum)
-       --algo direct|ring         AllReduce algorithm (default direct)
+       --algo direct|ring|chain   AllReduce algorithm (default direct)
        --root R                   Broadcast root (default 0)
        --backend emu|mpi|gpu      where to run (default emu; mpi: one rank per process under
                                   mpiexec, against Open MPI's collective; gpu: the collectives,
@@ -139,7 +139,8 @@ Options parse(int argc, char** argv) {
       const std::string v = value();
       if (v == "direct") o.algo = fc::AllReduceAlgo::direct;
       else if (v == "ring") o.algo = fc::AllReduceAlgo::ring;
-      else usage_error("--algo '" + v + "' is not direct or ring");
+      else if (v == "chain") o.algo = fc::AllReduceAlgo::chain;
+      else usage_error("--algo '" + v + "' is not direct, ring or chain");
     } else if (a == "--root") o.root = parse_int(value(), "--root", 0, 63);
     else if (a == "--backend") o.backend = value();
     else if (a == "--compress") {

@@ -449,7 +449,8 @@ void check(const AllReduceArgs& args, int rank, int world_size) {
   FC_ENFORCE_GE(args.count, 0, "AllReduce count is negative");
   detail::check_reducible(args.dtype, args.op);
   detail::check_wire(args.wire, args.dtype, "AllReduce");
-  FC_ENFORCE(args.algo == AllReduceAlgo::direct || args.algo == AllReduceAlgo::ring,
+  FC_ENFORCE(args.algo == AllReduceAlgo::direct || args.algo == AllReduceAlgo::ring ||
+                 args.algo == AllReduceAlgo::chain,
              "unknown AllReduce algorithm ", static_cast<int>(args.algo));
   detail::checked_bytes(args.count, dtype_size(args.dtype), "AllReduce count");
   detail::check_buffer(args.send, args.count, "AllReduce send buffer");

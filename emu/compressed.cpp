@@ -342,6 +342,8 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
 
 void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
   const int P = rk.size();
+  if (args.algo == AllReduceAlgo::chain && P > 1)
+    throw UnsupportedError("fusedcoll emu: compressed chain AllReduce is not implemented yet");
   std::vector<float> storage;
   const float* y = fusedcoll::detail::contribution_view(args.send, args.send == args.recv,
                                                         args.count, args.op, args.wire, P, storage);

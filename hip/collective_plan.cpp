@@ -230,6 +230,8 @@ Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   const AllReduceArgs& a = all[0];
   const int P = static_cast<int>(all.size());
   const bool ring = a.algo == AllReduceAlgo::ring && P > 1;
+  if (a.algo == AllReduceAlgo::chain && P > 1 && a.wire.format != WireFormat::none)
+    throw UnsupportedError("fusedcoll gpu: compressed chain AllReduce is not implemented yet");
   Builder b(std::string("all_reduce ") + to_string(a.algo), P, a.dtype);
   Plan& p = b.plan();
   p.reduce = a.op;

@@ -290,6 +290,8 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
 
 void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
   const int P = rt.size();
+  if (args.algo == AllReduceAlgo::chain && P > 1)
+    throw UnsupportedError("fusedcoll mpi: compressed chain AllReduce is not implemented yet");
   std::vector<float> storage;
   const float* y = fusedcoll::detail::contribution_view(
       args.send, args.send == args.recv, args.count, args.op, args.wire, P, storage);

@@ -50,15 +50,16 @@ Floats owner_fold(const WirePlan& plan, const std::vector<Floats>& y, int64_t of
   return acc;
 }
 
-/// Ring fold of chunk [offset, offset + len) owned by `c`: the running value leaves rank c + 1
-/// encoded, and every later rank decodes it, adds its own f32 value (received value on the left)
-/// and re-encodes it, until rank c finishes it.
-Floats ring_fold(const WirePlan& plan, const std::vector<Floats>& y, int c, int64_t offset,
-                 int64_t len, ReduceOp op, const CompressionOptions& wire) {
+/// Fold of [offset, offset + len) in which the running value travels: it leaves rank `first`
+/// encoded, and every later rank (mod P) decodes it, adds its own f32 value (received value on
+/// the left) and re-encodes it, until rank first - 1 finishes it. The ring starts chunk c at
+/// rank c + 1; the chain starts every element at rank 0.
+Floats running_fold(const WirePlan& plan, const std::vector<Floats>& y, int first, int64_t offset,
+                    int64_t len, ReduceOp op, const CompressionOptions& wire) {
   const int P = static_cast<int>(y.size());
-  Floats acc(y[(c + 1) % P].begin() + offset, y[(c + 1) % P].begin() + offset + len);
+  Floats acc(y[first].begin() + offset, y[first].begin() + offset + len);
   for (int i = 1; i < P; ++i) {
-    const int r = (c + 1 + i) % P;
+    const int r = (first + i) % P;
     acc = arrived(plan, acc.data(), offset, len);
     fusedcoll::detail::reduce_into(acc.data(), y[r].data() + offset, len, DType::f32, op);
   }
@@ -98,9 +99,15 @@ void all_reduce(std::span<const AllReduceArgs> ranks) {
   for (int c = 0; c < P; ++c) {
     const Chunk ch = chunk_of(spec.count, P, c);
     if (ch.length == 0) continue;
-    const bool ring = spec.algo == AllReduceAlgo::ring && P > 1;
-    const Floats acc = ring ? ring_fold(plan, y, c, ch.offset, ch.length, spec.op, spec.wire)
-                            : owner_fold(plan, y, ch.offset, ch.length, spec.op, spec.wire);
+    // P = 1: every order is [0], and the one contribution is not encoded before the final trip
+    // in the running folds; direct's owner fold round-trips it, so P = 1 stays direct's.
+    Floats acc;
+    if (spec.algo == AllReduceAlgo::ring && P > 1)
+      acc = running_fold(plan, y, (c + 1) % P, ch.offset, ch.length, spec.op, spec.wire);
+    else if (spec.algo == AllReduceAlgo::chain && P > 1)
+      acc = running_fold(plan, y, 0, ch.offset, ch.length, spec.op, spec.wire);
+    else
+      acc = owner_fold(plan, y, ch.offset, ch.length, spec.op, spec.wire);
     // The finished chunk travels encoded once; every rank, its owner included, decodes it.
     const Floats fin = arrived(plan, acc.data(), ch.offset, ch.length);
     std::memcpy(result.data() + ch.offset, fin.data(), fin.size() * sizeof(float));

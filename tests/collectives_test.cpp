@@ -394,6 +394,8 @@ TEST(AllReduceOrder, SemanticsWorkedExample) {
   const auto ring = run_f32(v3(1e8f, 1.0f, -1e8f, 3), ReduceOp::sum, AllReduceAlgo::ring);
   EXPECT_TRUE(fctest::same_bits("direct", 0, direct[0], std::vector<float>{0, 0, 0}));
   EXPECT_TRUE(fctest::same_bits("ring", 0, ring[0], std::vector<float>{0, 1, 0}));
+  const auto chain = run_f32(v3(1e8f, 1.0f, -1e8f, 3), ReduceOp::sum, AllReduceAlgo::chain);
+  EXPECT_TRUE(fctest::same_bits("chain", 0, chain[0], std::vector<float>{0, 0, 0}));
   const auto d1 = run_f32(v3(1.0f, 1e8f, -1e8f, 1), ReduceOp::sum, AllReduceAlgo::direct);
   const auto r1 = run_f32(v3(1.0f, 1e8f, -1e8f, 1), ReduceOp::sum, AllReduceAlgo::ring);
   EXPECT_EQ(d1[2][0], 0.0f);

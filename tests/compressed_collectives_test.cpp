@@ -124,8 +124,10 @@ Floats model_all_reduce(const std::vector<Floats>& x, ReduceOp op, AllReduceAlgo
       acc = rt(y[0][i]);
       for (int p = 1; p < P; ++p) acc = op_apply(acc, rt(y[p][i]), op);
     } else {
-      acc = y[(c + 1) % P][i];
-      for (int k = 1; k < P; ++k) acc = op_apply(rt(acc), y[(c + 1 + k) % P][i], op);
+      // ring: the running value starts after the owner; chain: every element starts at rank 0.
+      const int first = algo == AllReduceAlgo::ring ? (c + 1) % P : 0;
+      acc = y[first][i];
+      for (int k = 1; k < P; ++k) acc = op_apply(rt(acc), y[(first + k) % P][i], op);
     }
     if (divide) acc = acc / float(P);
     out[i] = rt(acc);
@@ -181,7 +183,7 @@ TEST(CompressedAllReduce, MatchesThePinnedLoop) {
       for (const auto& w0 : wire_options())
         for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max})
           for (bool predivide : {false, true})
-            for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring}) {
+            for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring, AllReduceAlgo::chain}) {
               if (predivide && op != ReduceOp::avg) continue;
               CompressionOptions w = w0;
               w.predivide = predivide;
@@ -197,7 +199,7 @@ TEST(CompressedAllReduce, MatchesThePinnedLoop) {
 TEST(CompressedAllReduce, InPlaceGivesTheSameBits) {
   const CompressionOptions w{.format = WireFormat::fp8_e4m3, .scaling = Scaling::per_block, .block = 32};
   for (int P : kWorlds)
-    for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring}) {
+    for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring, AllReduceAlgo::chain}) {
       const auto x = inputs(P, 333, fusedcoll::ValueMode::random, 5);
       expect_bits(ref_all_reduce(x, ReduceOp::sum, algo, w),
                   ref_all_reduce(x, ReduceOp::sum, algo, w, true), fctest::str("P=", P));
@@ -210,11 +212,27 @@ TEST(CompressedAllReduce, ExactWhenEveryPartialSumIsRepresentable) {
   for (int P : kWorlds)
     for (WireFormat f : {WireFormat::f16, WireFormat::bf16})
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max})
-        for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring}) {
+        for (AllReduceAlgo algo : {AllReduceAlgo::direct, AllReduceAlgo::ring, AllReduceAlgo::chain}) {
           const auto x = inputs(P, 1000, fusedcoll::ValueMode::integer, 3);
           expect_bits(ref_all_reduce(x, op, algo, {}), ref_all_reduce(x, op, algo, {.format = f}),
                       fctest::str("P=", P, " ", to_string(f), " ", to_string(op)));
         }
+}
+
+// f16, P = 3, one element: 1, 2^-11, 2^-11. direct encodes each contribution (all exact in f16)
+// and sums to 1 + 2^-10; the ring (chunk 0 starts at rank 1) adds the two small values first, also
+// 1 + 2^-10; the chain encodes 1 + 2^-11 after rank 1, a tie that rounds to even, 1, and again
+// after rank 2: 1.
+TEST(CompressedAllReduce, ChainEncodesTheRunningValueFromRankZero) {
+  const float tiny = std::ldexp(1.0f, -11);
+  const std::vector<Floats> x = {{1.0f}, {tiny}, {tiny}};
+  const CompressionOptions f16{.format = WireFormat::f16};
+  const float sum = 1.0f + std::ldexp(1.0f, -10);
+  EXPECT_EQ(ref_all_reduce(x, ReduceOp::sum, AllReduceAlgo::direct, f16)[0], sum);
+  EXPECT_EQ(ref_all_reduce(x, ReduceOp::sum, AllReduceAlgo::ring, f16)[0], sum);
+  EXPECT_EQ(ref_all_reduce(x, ReduceOp::sum, AllReduceAlgo::chain, f16)[0], 1.0f);
+  // Uncompressed, chain is direct's order: (1 + 2^-11) + 2^-11 = 1 + 2^-10 exactly in f32.
+  EXPECT_EQ(ref_all_reduce(x, ReduceOp::sum, AllReduceAlgo::chain, {})[0], sum);
 }
 
 TEST(CompressedAllReduce, CompressionChangesBitsOnRandomData) {

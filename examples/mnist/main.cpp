@@ -42,7 +42,7 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --compress C            gradient wire format: none | fp16 | bf16 | fp8-e4m3 | fp8-e5m2 [none]
   --error-feedback        with --compress: add what the wire lost of each step's gradient to
                           the next one (per worker)
-  --algo A                AllReduce algorithm: direct | ring [direct]
+  --algo A                AllReduce algorithm: direct | ring | chain [direct]
   --backend B             emu (workers are threads of this process) | mpi (run under
                           mpiexec -n P: one worker per process, --workers ignored) [emu]
   --no-progress           no progress bar, only the per-epoch lines
@@ -135,8 +135,10 @@ int run(int argc, char** argv) {
       options.exchange.error_feedback = true;
     } else if (flag == "--algo") {
       const std::string& a = value();
-      FC_ENFORCE(a == "direct" || a == "ring", "--algo '", a, "' is not one of direct, ring");
-      options.exchange.algo = a == "direct" ? fc::AllReduceAlgo::direct : fc::AllReduceAlgo::ring;
+      if (a == "direct") options.exchange.algo = fc::AllReduceAlgo::direct;
+      else if (a == "ring") options.exchange.algo = fc::AllReduceAlgo::ring;
+      else if (a == "chain") options.exchange.algo = fc::AllReduceAlgo::chain;
+      else throw fc::InvalidArgument("--algo '" + a + "' is not one of direct, ring, chain");
     } else if (flag == "--no-progress") {
       options.progress = false;
     } else if (flag == "--backend") {

@@ -42,11 +42,22 @@ enum class AllReduceAlgo : std::uint8_t {
   /// Ring reduce-scatter, then ring all-gather. Chunk `c` (owner `c`) is combined starting at rank
   /// `c + 1` around the ring: ((v_{c+1} + v_{c+2}) + ...) + v_c (indices mod P).
   ring = 1,
+  /// A chain in rank order: every element's running value passes rank 0, 1, ..., P - 1, which
+  /// adds its own value. Uncompressed, the same order and bits as `direct`. With a compressed
+  /// wire the running value (not each contribution) is encoded at every step, as in `ring`, so
+  /// a network link between two groups of consecutive ranks carries each element once each way
+  /// (docs/semantics.md, "Compressed collectives").
+  chain = 2,
 };
 
-/// Name of an algorithm ("direct" or "ring").
+/// Name of an algorithm ("direct", "ring" or "chain").
 constexpr const char* to_string(AllReduceAlgo a) noexcept {
-  return a == AllReduceAlgo::direct ? "direct" : (a == AllReduceAlgo::ring ? "ring" : "invalid");
+  switch (a) {
+    case AllReduceAlgo::direct: return "direct";
+    case AllReduceAlgo::ring: return "ring";
+    case AllReduceAlgo::chain: return "chain";
+  }
+  return "invalid";
 }
 
 /// AllReduce of `count` elements. In place when `send == recv`; otherwise the buffers must not
