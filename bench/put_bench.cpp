@@ -10,7 +10,9 @@
 // the fit the preset uses: latency = the time of an 8-byte put, bandwidth = bytes over the time
 // added beyond that latency, at the largest size. Last, the sender's cost of one small put:
 // 1024 puts of 256 B (an embedding row at D = 64, as scale-up puts them) to distinct offsets and
-// one flush, timed on rank 0 and divided by the count (the cost model's `put_us`).
+// one flush, timed on rank 0 and divided by the count (the cost model's `put_us`); and the share
+// of a 16 MiB put's time that the MPI_Put call itself takes (`put_cu_share`: 1 when the caller
+// copies the bytes, as into a shared-memory window).
 
 #include <mpi.h>
 
@@ -154,10 +156,31 @@ int main(int argc, char** argv) {
     MPI_Win_flush(1, win);
     if (r >= kWarmup) small.push_back((MPI_Wtime() - t0) / kSmallPuts);
   }
+  // Who moves a put's bytes: the time in the MPI_Put call of a 16 MiB put over the time until
+  // its flush returns. Near 1 where the caller copies them itself (osc/sm's shared-memory
+  // window), near 0 where the call only hands them to an engine (the cost model's
+  // `put_cu_share`).
+  const std::int64_t share_bytes = std::min<std::int64_t>(largest, std::int64_t{16} << 20);
+  std::vector<double> in_call, whole;
+  for (int r = 0; r < reps + kWarmup; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank != 0) continue;
+    const double t0 = MPI_Wtime();
+    MPI_Put(src.data(), static_cast<int>(share_bytes), MPI_BYTE, 1,
+            static_cast<MPI_Aint>(flag_bytes), static_cast<int>(share_bytes), MPI_BYTE, win);
+    const double t1 = MPI_Wtime();
+    MPI_Win_flush(1, win);
+    const double t2 = MPI_Wtime();
+    if (r >= kWarmup) {
+      in_call.push_back(t1 - t0);
+      whole.push_back(t2 - t0);
+    }
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("latency_us %.3f\n", fit.latency_s * 1e6);
     std::printf("put_us %.4f\n", median(small) * 1e6);
+    std::printf("put_cu_share %.3f\n", std::min(1.0, median(in_call) / median(whole)));
     std::printf("bandwidth_gbps %.3f\n", fit.gbps);
   }
   (void)flag;

@@ -245,7 +245,25 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
     seconds = std::max(seconds, dev.node_share * model::node_memory_seconds(
                                                      preset, model::copy(std::int64_t(bytes))));
   }
-  const double start = link.book(wg.vclock, seconds);
+  double ready = wg.vclock;
+  if (near && l.put_cu_share > 0) {
+    // The issuing compute unit moves (that share of) the bytes itself: it is busy meanwhile, and
+    // the bytes leave from when it starts.
+    const double busy = seconds * l.put_cu_share;
+    ready = dev.cus[wg.vcu].book(wg.vclock, busy);
+    wg.vclock = ready + busy;
+    if (world.tracing && busy > 0) {
+      TraceEvent e;
+      e.name = fusedcoll::detail::make_string(wg.kernel->name, " ", what, " to r", peer, " ", wg.id);
+      e.category = what;
+      e.pid = src;
+      e.tid = wg.vcu;
+      e.ts_us = ready * 1e6;
+      e.dur_us = busy * 1e6;
+      world.record(std::move(e));
+    }
+  }
+  const double start = link.book(ready, seconds);
   const double arrival = start + seconds + latency;
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {

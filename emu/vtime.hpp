@@ -111,7 +111,9 @@ struct VirtualTime {
   /// to itself): advances the workgroup's clock.
   void issue(WgState& wg, int peer);
   /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
-  /// copy's time at the device's share of a shared node memory; returns the arrival time.
+  /// copy's time at the device's share of a shared node memory, and inside a node the issuing
+  /// compute unit for `put_cu_share` of that time first (advancing the workgroup's clock);
+  /// returns the arrival time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
   double signal_arrival(const WgState& wg, int peer) const;

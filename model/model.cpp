@@ -203,6 +203,7 @@ constexpr Field kFields[] = {
     {"links", "nic_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"links", "nic_us", Type::number, 0, 1e6, false, "us"},
     {"links", "put_us", Type::number, 0, 1e6, false, "us"},
+    {"links", "put_cu_share", Type::number, 0, 1, false, ""},
 };
 constexpr int kPlainFields = sizeof(kFields) / sizeof(kFields[0]);
 constexpr Field kEfficiency{"efficiency", "", Type::number, 0, 4, true, ""};
@@ -246,6 +247,7 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.launch_us") return &p.device.launch_us;
   if (field == "device.node_memory_gbps") return &p.device.node_memory_gbps;
   if (field == "links.put_us") return &p.links.put_us;
+  if (field == "links.put_cu_share") return &p.links.put_cu_share;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
   if (field == "links.peer_us") return &p.links.peer_us;
   if (field == "links.nic_gbps") return &p.links.nic_gbps;
@@ -401,7 +403,8 @@ std::string to_text(const Preset& p) {
       << "peer_us = " << p.links.peer_us << "\n"
       << "nic_gbps = " << p.links.nic_gbps << "\n"
       << "nic_us = " << p.links.nic_us << "\n"
-      << "put_us = " << p.links.put_us << "\n\n[efficiency]\n";
+      << "put_us = " << p.links.put_us << "\n"
+      << "put_cu_share = " << p.links.put_cu_share << "\n\n[efficiency]\n";
   for (int k = 0; k < kKernels; ++k)
     out << to_string(static_cast<Kernel>(k)) << " = " << p.efficiency[k] << "\n";
   return out.str();

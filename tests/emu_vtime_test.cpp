@@ -134,6 +134,46 @@ TEST(EmuVirtualTime, APutThroughSharedNodeMemoryIsACopy) {
   EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1)), 8e-6);  // private memories: OnePut's 8 us
 }
 
+/// Rank 0 puts 1000 bytes with a signal to rank 1, then copies 1500 bytes (3 us on its compute
+/// unit); rank 0's clock, with `put_cu_share` = `share`.
+double put_then_copy(double share) {
+  WorldOptions o = virtual_world(2, 1);
+  auto p = std::make_shared<fc::model::Preset>(round_preset(1));
+  p->links.put_cu_share = share;
+  o.model = p;
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
+    const int slot = rk.slots("arrived", 1);
+    const std::vector<char> data(1000, 'x');
+    std::vector<char> a(1500, 'a'), b(1500);
+    const std::uint64_t target = comm.rank() == 1 ? rk.expect(slot, 1) : 0;
+    rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
+      if (comm.rank() == 0) {
+        wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
+        wg.compute("copy", {fc::model::copy(1500)}, [&] { std::memcpy(b.data(), a.data(), 1500); });
+      } else {
+        co_await wg.wait_until(slot, Cmp::ge, target);
+      }
+    });
+    if (comm.rank() == 0) {
+      EXPECT_EQ(a, b);
+    }
+  });
+  return world.virtual_seconds(0);
+}
+
+TEST(EmuVirtualTime, APutTheIssuingComputeUnitCopiesHoldsIt) {
+  // Share 0 (a DMA engine): the put is on the link 5-6 us and lands at 8; the copy runs 5-8.
+  EXPECT_DOUBLE_EQ(put_then_copy(0), 8e-6);
+  // Share 1 (the core copies it): the compute unit is busy 5-6 us with the put, the copy runs
+  // 6-9 us; the put still lands at 8.
+  EXPECT_DOUBLE_EQ(put_then_copy(1), 9e-6);
+  // Share 0.5: busy 5-5.5 us, the copy 5.5-8.5.
+  EXPECT_DOUBLE_EQ(put_then_copy(0.5), 8.5e-6);
+}
+
 /// Every rank copies 500 bytes (1 us on its compute unit) in one kernel; each rank's clock.
 std::vector<double> copies_on_every_rank(const WorldOptions& o) {
   World world(o);

@@ -207,6 +207,12 @@ TEST(Model, RejectsBadFilesNamingTheField) {
               HasSubstr("device.node_memory_gbps = 0 is out of range"));
   EXPECT_THAT(parse_error(edit(good, "put_us", "put_us = -0.5")),
               HasSubstr("links.put_us = -0.5 is out of range: it must be a number in [0, 1e+06] us"));
+  EXPECT_THAT(parse_error(edit(good, "put_cu_share", "")),
+              HasSubstr("missing field 'links.put_cu_share' (in [links])"));
+  EXPECT_THAT(parse_error(edit(good, "put_cu_share", "put_cu_share = 1.5")),
+              HasSubstr("links.put_cu_share = 1.5 is out of range: it must be a number in [0, 1]"));
+  EXPECT_THAT(parse_error(edit(good, "put_cu_share", "put_cu_share = -0.1")),
+              HasSubstr("links.put_cu_share = -0.1 is out of range"));
   // A negative or zero bandwidth, a negative latency, an efficiency above 4.
   EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
               HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "
@@ -260,4 +266,12 @@ TEST(Model, ValidateChecksPresetsBuiltInCode) {
   p = toy();
   p.links.put_us = -1;
   EXPECT_THROW(m::validate(p), fc::InvalidArgument);
+  p = toy();
+  p.links.put_cu_share = 2;
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "a CU share of 2 passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("links.put_cu_share = 2 is out of range"));
+  }
 }

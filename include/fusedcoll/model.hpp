@@ -61,6 +61,12 @@ struct Links {
   /// microseconds: the software that hands a message to the transport (an MPI call on `host`; a
   /// few instructions on a GPU, 0). The bytes then travel on the link without the compute unit.
   double put_us = 0;
+  /// The share of a put's time on a peer link (inside a node) that the issuing compute unit
+  /// spends moving its bytes, in [0, 1]: 0 where a DMA engine or the fabric carries them while the
+  /// compute unit goes on (GPUs), 1 where the issuing core copies them itself (`host`: an
+  /// `MPI_Put` into a shared-memory window is a `memcpy` by the caller). Puts across nodes leave
+  /// through the NIC and never occupy it.
+  double put_cu_share = 0;
 
   bool same_node(int a, int b) const noexcept { return a / gpus_per_node == b / gpus_per_node; }
 };
