@@ -289,6 +289,94 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
   });
 }
 
+/// Chain AllReduce with a compressed wire (P > 1): every element's running value leaves rank 0
+/// encoded; rank r = 1, ..., P - 1 decodes it, adds its own f32 value (received value on the left)
+/// and encodes the sum in one fused pass, tile by tile, so the ranks work as a pipeline; the last
+/// rank divides (avg) and encodes the finished tile once. The finished bytes are relayed
+/// P-1 -> 0 -> 1 -> ... -> P-2 unchanged: each link then carries every element twice (the running
+/// value and the result), where the last rank putting the result to every peer would load its one
+/// egress link P - 1 times. Every rank only ever puts to rank + 1 (mod P).
+void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
+                           const WirePlan& plan) {
+  const int P = rk.size(), me = rk.rank(), next = (me + 1) % P, last = P - 1;
+  const std::size_t we = plan.elem();
+  const int64_t n = args.count;
+  const int64_t te = tile_elems(n, sizeof(float));
+  const int nt = num_tiles(n, te);
+
+  // `run`: the running value from rank me - 1; `res`: the finished result (the last rank encodes
+  // it into its own copy, the others receive it there from their relay predecessor).
+  const SymBuffer run = rk.scratch("all_reduce.chain.wire.run", bytes_of(n, we));
+  const SymBuffer res = rk.scratch("all_reduce.chain.wire.res", bytes_of(n, we));
+  const int run_slot = rk.slots("all_reduce.chain.wire.run", kMaxTiles);  // [tile]
+  const int res_slot = rk.slots("all_reduce.chain.wire.res", kMaxTiles);  // [tile]
+  if (n == 0) return;
+
+  // Rank 0 receives no running value, the last rank no result: they expect nothing there.
+  std::vector<std::uint64_t> run_target(static_cast<std::size_t>(nt)),
+      res_target(static_cast<std::size_t>(nt));
+  for (int t = 0; t < nt; ++t) {
+    if (me != 0) run_target[t] = rk.expect(run_slot + t, 1);
+    if (me != last) res_target[t] = rk.expect(res_slot + t, 1);
+  }
+  auto* recv = static_cast<float*>(args.recv);
+  const bool scaled = !plan.scales.empty();
+  const int divide = fusedcoll::detail::divides_after(args.op, args.wire) ? P : 0;
+
+  rk.launch("all_reduce_chain_wire", grid_for(rk, nt), [&](WgContext& wg) -> WgTask {
+    const int w = wg.wg(), G = wg.num_wgs();
+    std::vector<std::byte> enc;
+    for (int t = w; t < nt; t += G) {
+      const Span sp = tile_of(n, te, t);
+      const std::size_t at = bytes_of(sp.begin, we), bytes = bytes_of(sp.length, we);
+      if (me == 0) {
+        enc.resize(bytes);
+        wg.compute("encode", {enc_work(plan, sp.length)}, [&] {
+          fusedcoll::detail::wire_encode(plan, y + sp.begin, sp.begin, sp.length, enc.data());
+        });
+        wg.put_signal(next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
+        continue;
+      }
+      co_await wg.wait_until(run_slot + t, Cmp::ge, run_target[t]);
+      const std::vector<WireSource> srcs = {{WireSource::Kind::wire, wg.read(run, at, bytes)},
+                                            {WireSource::Kind::plain, y + sp.begin}};
+      if (me != last) {
+        // Only the encoded running value is written: the fused pass's encode, and no decode of
+        // it into an f32 output.
+        enc.resize(bytes);
+        const auto out = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true);
+        const auto acc = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, false);
+        wg.compute("reduce", {out[0], acc[1], out[2]}, [&] {
+          fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, 0, enc.data(),
+                                         nullptr);
+        });
+        wg.put_signal(next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
+      } else {
+        std::byte* fin = wg.local(res) + at;
+        const auto cost = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true);
+        wg.compute("reduce", {cost[0], cost[1], cost[2]}, [&] {
+          fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, divide, fin,
+                                         recv + sp.begin);
+        });
+        wg.put_signal(next, res, at, fin, bytes, res_slot + t, SignalOp::add, 1);
+      }
+    }
+    if (me == last) co_return;
+    // The relay: forward the finished bytes first (the next rank waits on them), then decode.
+    for (int t = w; t < nt; t += G) {
+      co_await wg.wait_until(res_slot + t, Cmp::ge, res_target[t]);
+      const Span sp = tile_of(n, te, t);
+      const std::size_t at = bytes_of(sp.begin, we), bytes = bytes_of(sp.length, we);
+      const std::byte* got = wg.read(res, at, bytes);
+      if (next != last) wg.put_signal(next, res, at, got, bytes, res_slot + t, SignalOp::add, 1);
+      wg.compute("decode", {dec_work(plan, sp.length)}, [&] {
+        fusedcoll::detail::wire_decode(plan, got, sp.begin, sp.length, recv + sp.begin);
+      });
+    }
+    co_return;
+  });
+}
+
 /// An exchange (collectives.hpp) with a compressed wire: every block, this rank's own included,
 /// is encoded by its sender (block indices restarting at 0 in every block) and decoded by its
 /// receiver. Tiles are cut in f32 elements; scratch holds wire bytes.
@@ -342,8 +430,6 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
 
 void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
   const int P = rk.size();
-  if (args.algo == AllReduceAlgo::chain && P > 1)
-    throw UnsupportedError("fusedcoll emu: compressed chain AllReduce is not implemented yet");
   std::vector<float> storage;
   const float* y = fusedcoll::detail::contribution_view(args.send, args.send == args.recv,
                                                         args.count, args.op, args.wire, P, storage);
@@ -351,6 +437,10 @@ void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
                                    fusedcoll::detail::reduction_headroom(args.op, P));
   if (args.algo == AllReduceAlgo::ring && P > 1) {
     all_reduce_ring_wire(rk, args, y, plan);
+    return;
+  }
+  if (args.algo == AllReduceAlgo::chain && P > 1) {
+    all_reduce_chain_wire(rk, args, y, plan);
     return;
   }
   WireReduce spec;

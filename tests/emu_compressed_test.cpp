@@ -48,6 +48,7 @@ TEST_P(EmuCompressed, EveryCollectiveMatchesRef) {
   SCOPED_TRACE(name_of(world.options()));
   Cases cases;
   add_compressed(cases, P, 1000 + P);
+  add_compressed_chain(cases, P, 5000 + P);
   run_cases(world, cases);
 }
 
@@ -80,6 +81,7 @@ TEST(EmuCompressedFuzz, SeedsBitExact) {
     SCOPED_TRACE(name_of(o));
     Cases cases;
     add_compressed(cases, o.world_size, 3000 + fuzz);
+    add_compressed_chain(cases, o.world_size, 6000 + fuzz);
     run_cases(world, cases);
   }
 }

@@ -385,13 +385,14 @@ Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int hos
     }
   }
 
-  // AllReduce, plain and compressed, direct and ring.
+  // AllReduce, plain and compressed, direct, ring and chain.
   const std::int64_t n = 70000;
   std::vector<std::vector<float>> send(P, std::vector<float>(n)), recv(P, std::vector<float>(n));
   for (int r = 0; r < P; ++r)
     for (std::int64_t i = 0; i < n; ++i) send[r][i] = float((i * 7 + r * 13) % 101) * 0.25f - 3;
   for (fc::WireFormat f : {fc::WireFormat::none, fc::WireFormat::f16, fc::WireFormat::fp8_e4m3})
-    for (fc::AllReduceAlgo algo : {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring}) {
+    for (fc::AllReduceAlgo algo :
+         {fc::AllReduceAlgo::direct, fc::AllReduceAlgo::ring, fc::AllReduceAlgo::chain}) {
       std::vector<fc::AllReduceArgs> args(P);
       for (int r = 0; r < P; ++r) {
         args[r].send = send[r].data();
