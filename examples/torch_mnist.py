@@ -58,7 +58,7 @@ def parse_args(argv=None):
                    help="gradient wire format (fusedcoll.torch.Compression)")
     p.add_argument("--error-feedback", action="store_true",
                    help="add what the wire lost of the previous gradient to the next one")
-    p.add_argument("--algo", choices=("direct", "ring"), default="direct")
+    p.add_argument("--algo", choices=("direct", "ring", "chain"), default="direct")
     p.add_argument("--comm", choices=("fusedcoll", "gloo"), default="fusedcoll",
                    help="who averages the flat gradient (gloo: torch.distributed)")
     p.add_argument("--gloo-port", type=int, default=29533)

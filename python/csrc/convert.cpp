@@ -232,7 +232,9 @@ ReduceOp parse_reduce_op(std::string_view op, c10::string_view s) {
 
 AllReduceAlgo parse_algo(std::string_view op, c10::string_view s) {
   static constexpr std::pair<const char*, AllReduceAlgo> kNames[] = {
-      {"direct", AllReduceAlgo::direct}, {"ring", AllReduceAlgo::ring}};
+      {"direct", AllReduceAlgo::direct},
+      {"ring", AllReduceAlgo::ring},
+      {"chain", AllReduceAlgo::chain}};
   return parse_named(op, "algo", s, kNames);
 }
 

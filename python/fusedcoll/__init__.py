@@ -233,8 +233,9 @@ def _run_emulated(fn, world_size, options):
 @_translated
 def all_reduce(tensor, op="sum", *, algo="direct", wire=None, out=None):
     """AllReduce (``op``: ``"sum"``, ``"avg"``, ``"min"``, ``"max"``; ``algo``: ``"direct"``,
-    ``"ring"``) of a float32, int32 or int64 tensor; returns a new tensor, or ``out`` (which may
-    be ``tensor`` itself: in place). ``wire``: compression of what travels (float32 only)."""
+    ``"ring"``, ``"chain"``) of a float32, int32 or int64 tensor; returns a new tensor, or ``out``
+    (which may be ``tensor`` itself: in place). ``wire``: compression of what travels (float32
+    only); with it, ``"chain"`` encodes the running value at every rank (docs/semantics.md)."""
     w = _wire(wire).args()
     if out is None:
         return ops.all_reduce(tensor, op, algo, *w)

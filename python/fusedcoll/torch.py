@@ -463,7 +463,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     fusedcoll additions: ``error_feedback=True`` (with a compressing built-in compressor) adds
     what the wire lost of this rank's previous gradient to the next one, as examples/mnist's
-    ``--error-feedback``; ``algo``: the AllReduce algorithm, ``"direct"`` or ``"ring"``.
+    ``--error-feedback``; ``algo``: the AllReduce algorithm, ``"direct"``, ``"ring"`` or
+    ``"chain"``.
     """
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))

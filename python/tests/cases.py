@@ -58,12 +58,27 @@ ALL_REDUCE_GRID = [
     (1000, torch.float32, "random", "avg", "direct", fusedcoll.Wire("fp8_e4m3", predivide=True)),
     (999, torch.float32, "random", "sum", "ring",
      fusedcoll.Wire("fp8_e5m2", scaling="per_block", block=64, pow2_scale=True)),
+    (1000, torch.float32, "random", "sum", "chain", None),
+]
+
+# Compressed chain (the running value encoded at every rank): a grid of its own, run where the
+# backend has it (test_emu.py; the MPI suite once mpi/ implements it).
+ALL_REDUCE_CHAIN_WIRE_GRID = [
+    (7, torch.float32, "random", "avg", "chain", fusedcoll.Wire("f16")),
+    (1000, torch.float32, "random", "sum", "chain", fusedcoll.Wire("bf16")),
+    (1000, torch.float32, "random", "avg", "chain", fusedcoll.Wire("fp8_e4m3", predivide=True)),
+    (999, torch.float32, "random", "sum", "chain",
+     fusedcoll.Wire("fp8_e5m2", scaling="per_block", block=64, pow2_scale=True)),
 ]
 
 
-def case_all_reduce(rank, size):
-    for i, (count, dtype, values, op, algo, wire) in enumerate(ALL_REDUCE_GRID):
-        xs = _inputs(size, (count,), dtype, seed=100 + i, values=values)
+def case_all_reduce_chain_wire(rank, size):
+    _all_reduce_grid(rank, size, ALL_REDUCE_CHAIN_WIRE_GRID, 170)
+
+
+def _all_reduce_grid(rank, size, grid, seed0):
+    for i, (count, dtype, values, op, algo, wire) in enumerate(grid):
+        xs = _inputs(size, (count,), dtype, seed=seed0 + i, values=values)
         expected = ref.all_reduce(xs, op, algo=algo, wire=wire)[rank]
         what = f"all_reduce #{i} ({count} x {dtype}, {op}, {algo}, {wire})"
         mine = xs[rank].clone()
@@ -76,6 +91,10 @@ def case_all_reduce(rank, size):
         inplace = fusedcoll.all_reduce_(mine, op, algo=algo, wire=wire)
         assert inplace is mine, "all_reduce_ returns its argument"
         _expect_same(what + " in place", mine, expected, rank)
+
+
+def case_all_reduce(rank, size):
+    _all_reduce_grid(rank, size, ALL_REDUCE_GRID, 100)
     # A 2-D tensor reduces element-wise, like its flat view.
     xs = _inputs(size, (6, 5), torch.float32, seed=150)
     _expect_same("all_reduce 2-D", fusedcoll.all_reduce(xs[rank]),

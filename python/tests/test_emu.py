@@ -27,6 +27,9 @@ class BitExact(unittest.TestCase):
     def test_all_reduce(self):
         self.run_case(cases.case_all_reduce)
 
+    def test_all_reduce_chain_wire(self):
+        self.run_case(cases.case_all_reduce_chain_wire)
+
     def test_all_to_all(self):
         self.run_case(cases.case_all_to_all)
 
