@@ -127,114 +127,27 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
   gather_chunks(rt, gather_at, a, land);
 }
 
-/// The direct AllReduce as a chain of host segments (docs/mpi.md, "Across hosts"). The buffer is
-/// cut into pieces; piece j's running value starts at segment 0 as v_0 and crosses the segments in
-/// rank order, each adding its ranks' values in rank order, so every element is folded exactly
-/// as `direct` folds it: acc = v_0; acc = acc op v_1; ...; acc = acc op v_{P-1}. In segment k,
-/// piece j is carried by rank first + j mod (segment size), to which the segment's other ranks
-/// put their values of j. The last segment's carrier (the producer) puts the finished piece to
-/// every rank on its host and to one relay rank on every other host, which forwards it to its
-/// host's ranks. So each finished piece crosses into a host once, and a running value crosses
-/// each segment boundary once: with two hosts in blocks, ~N bytes per link direction each way,
-/// where the flat schedule sends ~2N. Pieces pipeline: a rank carries piece t, then finishes
-/// (receives, relays, copies out) piece t - kLag, so the chain never waits for the way back.
+/// The plain fold of the chain: acc = v_0; acc = acc op v_1; ...; acc = acc op v_{P-1}, exactly
+/// as `direct` folds every element.
 void all_reduce_chain(Runtime& rt, const AllReduceArgs& a, const Topology& t) {
-  const int me = rt.rank();
   const std::size_t es = dtype_size(a.dtype);
-  const int S = static_cast<int>(t.seg_first.size());
-  const int k = t.seg_of[me], first = t.seg_first[k], L = t.seg_last[k] - first + 1;
-  const int my_host = t.seg_host[k], prod_host = t.seg_host[S - 1];
-  // Pieces of at most 1 MiB, and at least kMinPieces of at least 256 KiB each where the buffer
-  // allows: the way back starts only when the first piece is finished, so a buffer of a few
-  // pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at 1 Gbit/s).
-  constexpr std::int64_t kPieceBytes = std::int64_t{1} << 20, kMinPieceBytes = 256 << 10;
-  constexpr std::int64_t kMinPieces = 16;
-  constexpr int kLag = 4;
-  const auto total = static_cast<std::int64_t>(nbytes(a.count, es));
-  const int K = static_cast<int>(std::min<std::int64_t>(
-      a.count, std::max({std::int64_t{t.max_local}, ceil_div(total, kPieceBytes),
-                         std::min(kMinPieces, ceil_div(total, kMinPieceBytes))})));
-  // Window: [ running values in: count | finished: count | segment mates' values: rows ]
-  const std::size_t acc_at = 0, fin_at = nbytes(a.count, es), row_at = 2 * fin_at;
-  rt.reserve(row_at + nbytes(a.count * std::max(t.max_local - 1, 1), es));
-  const int local = rt.slots("all_reduce.chain.local", rt.size());
-  const int run = rt.slots("all_reduce.chain.acc", rt.size());
-  const int done = rt.slots("all_reduce.chain.out", rt.size());
-  auto carrier = [&](int seg, int j) { return t.seg_first[seg] + j % (t.seg_last[seg] - t.seg_first[seg] + 1); };
-  auto relay = [&](int host, int j) {
-    const auto& on = t.ranks[host];
-    return on[static_cast<std::size_t>(j) % on.size()];
-  };
-  // Row of mate m's values in carrier c's window (its own value never travels).
-  auto row = [&](int m, int c) { return static_cast<std::int64_t>(m < c ? m - first : m - first - 1); };
-  auto piece = [&](int j) { return chunk_of(a.count, K, j); };
-  auto fin = [&](const Chunk& p) { return rt.data() + fin_at + nbytes(p.offset, es); };
-  auto put_finished = [&](int q, const Chunk& p) {
-    rt.put(q, fin_at + nbytes(p.offset, es), fin(p), nbytes(p.length, es));
-    rt.signal(q, done + me);
-  };
-  auto give_value = [&](int j) {
-    const int c = carrier(k, j);
-    if (c == me) return;
-    const Chunk p = piece(j);
-    rt.put(c, row_at + nbytes(row(me, c) * a.count + p.offset, es), at(a.send, p.offset, es),
-           nbytes(p.length, es));
-    rt.signal(c, local + me);
-  };
-  auto carry = [&](int j) {
-    if (carrier(k, j) != me) return;
-    const Chunk p = piece(j);
-    if (k > 0)
-      rt.wait(run + carrier(k - 1, j), rt.expect(run + carrier(k - 1, j), 1),
-              detail::make_string("all_reduce.chain piece ", j, " acc[", carrier(k - 1, j), "]"));
-    for (int m = first; m < first + L; ++m)
-      if (m != me)
-        rt.wait(local + m, rt.expect(local + m, 1),
-                detail::make_string("all_reduce.chain piece ", j, " local[", m, "]"));
-    auto value = [&](int m) -> const char* {
-      return m == me ? at(a.send, p.offset, es)
-                     : rt.data() + row_at + nbytes(row(m, me) * a.count + p.offset, es);
-    };
-    char* acc = fin(p);
+  ChainFold f;
+  f.value_size = f.wire_size = es;
+  f.own = a.send;
+  f.carry = [&](const Chunk& p, const char* in, const std::function<const char*(int)>& value,
+                int first, int end, bool last, char* out) {
     const std::int64_t n = p.length;
-    const std::size_t bytes = nbytes(n, es);
-    copy_bytes(acc, k == 0 ? value(first) : rt.data() + acc_at + nbytes(p.offset, es), bytes);
-    for (int m = k == 0 ? first + 1 : first; m < first + L; ++m)
-      detail::reduce_into(acc, value(m), n, a.dtype, a.op);
-    if (k + 1 < S) {
-      const int next = carrier(k + 1, j);
-      rt.put(next, acc_at + nbytes(p.offset, es), acc, bytes);
-      rt.signal(next, run + me);
-      return;
-    }
-    if (a.op == ReduceOp::avg) detail::finish_average(acc, n, a.dtype, rt.size());
-    for (int q : t.ranks[my_host])
-      if (q != me) put_finished(q, p);
-    for (int h = 0; h < static_cast<int>(t.ranks.size()); ++h)
-      if (h != my_host) put_finished(relay(h, j), p);
-    copy_bytes(at(a.recv, p.offset, es), acc, bytes);
+    copy_bytes(out, in != nullptr ? in : value(first), nbytes(n, es));
+    for (int m = in != nullptr ? first : first + 1; m < end; ++m)
+      detail::reduce_into(out, value(m), n, a.dtype, a.op);
+    if (!last) return;
+    if (a.op == ReduceOp::avg) detail::finish_average(out, n, a.dtype, rt.size());
+    copy_bytes(at(a.recv, p.offset, es), out, nbytes(n, es));
   };
-  auto finish = [&](int j) {
-    const int producer = carrier(S - 1, j);
-    if (producer == me) return;
-    const Chunk p = piece(j);
-    const bool relaying = my_host != prod_host && relay(my_host, j) == me;
-    const int from = my_host == prod_host || relaying ? producer : relay(my_host, j);
-    rt.wait(done + from, rt.expect(done + from, 1),
-            detail::make_string("all_reduce.chain piece ", j, " out[", from, "]"));
-    if (relaying)
-      for (int q : t.ranks[my_host])
-        if (q != me) put_finished(q, p);
-    copy_bytes(at(a.recv, p.offset, es), fin(p), nbytes(p.length, es));
+  f.deliver = [&](const Chunk& p, const char* fin) {
+    copy_bytes(at(a.recv, p.offset, es), fin, nbytes(p.length, es));
   };
-  // In place, recv[j] is written only once piece j is finished, i.e. after every rank's value of
-  // j has been folded (and so received).
-  give_value(0);
-  for (int j = 0; j < K + kLag; ++j) {
-    if (j + 1 < K) give_value(j + 1);
-    if (j < K) carry(j);
-    if (j >= kLag) finish(j - kLag);
-  }
+  run_chain(rt, t, a.count, f, "all_reduce.chain");
 }
 
 }  // namespace
@@ -257,6 +170,118 @@ Topology topology(const Runtime& rt) {
   }
   for (const auto& on : t.ranks) t.max_local = std::max(t.max_local, static_cast<int>(on.size()));
   return t;
+}
+
+/// The chain of host segments (docs/mpi.md, "Across hosts"). The buffer is cut into pieces; piece
+/// j's running value starts at segment 0 and crosses the segments in rank order, each folding in
+/// its ranks' values in rank order (`f.carry`), so every element is folded in rank order. In
+/// segment k, piece j is carried by rank first + j mod (segment size), to which the segment's
+/// other ranks put their values of j. The last segment's carrier (the producer) puts the finished
+/// piece to every rank on its host and to one relay rank on every other host, which forwards it
+/// to its host's ranks. So each finished piece crosses into a host once, and a running value
+/// crosses each segment boundary once: with two hosts in blocks, ~N wire bytes per link direction
+/// each way, where the flat schedule sends ~2N. Pieces pipeline: a rank carries piece t, then
+/// finishes (receives, relays, delivers) piece t - kLag, so the chain never waits for the way back.
+void run_chain(Runtime& rt, const Topology& t, std::int64_t count, const ChainFold& f,
+               const std::string& key) {
+  const int me = rt.rank();
+  const std::size_t ve = f.value_size, we = f.wire_size;
+  const int S = static_cast<int>(t.seg_first.size());
+  const int k = t.seg_of[me], first = t.seg_first[k], L = t.seg_last[k] - first + 1;
+  const int my_host = t.seg_host[k], prod_host = t.seg_host[S - 1];
+  // Pieces of at most 1 MiB on the wire, and at least kMinPieces of at least 256 KiB each where
+  // the buffer allows: the way back starts only when the first piece is finished, so a buffer of
+  // a few pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at
+  // 1 Gbit/s).
+  constexpr std::int64_t kPieceBytes = std::int64_t{1} << 20, kMinPieceBytes = 256 << 10;
+  constexpr std::int64_t kMinPieces = 16;
+  constexpr int kLag = 4;
+  const auto total = static_cast<std::int64_t>(nbytes(count, we));
+  const int K = static_cast<int>(std::min<std::int64_t>(
+      count, std::max({std::int64_t{t.max_local}, ceil_div(total, kPieceBytes),
+                       std::min(kMinPieces, ceil_div(total, kMinPieceBytes))})));
+  // Window: [ running values in: count | finished: count | segment mates' values: rows ]
+  const std::size_t acc_at = 0, fin_at = nbytes(count, we), row_at = 2 * fin_at;
+  rt.reserve(row_at + nbytes(count * std::max(t.max_local - 1, 1), ve));
+  const int local = rt.slots(key + ".local", rt.size());
+  const int run = rt.slots(key + ".acc", rt.size());
+  const int done = rt.slots(key + ".out", rt.size());
+  auto carrier = [&](int seg, int j) {
+    return t.seg_first[seg] + j % (t.seg_last[seg] - t.seg_first[seg] + 1);
+  };
+  auto relay = [&](int host, int j) {
+    const auto& on = t.ranks[host];
+    return on[static_cast<std::size_t>(j) % on.size()];
+  };
+  // Row of mate m's values in carrier c's window (its own value never travels).
+  auto row = [&](int m, int c) {
+    return static_cast<std::int64_t>(m < c ? m - first : m - first - 1);
+  };
+  auto piece = [&](int j) { return chunk_of(count, K, j); };
+  auto fin = [&](const Chunk& p) { return rt.data() + fin_at + nbytes(p.offset, we); };
+  auto put_finished = [&](int q, const Chunk& p) {
+    rt.put(q, fin_at + nbytes(p.offset, we), fin(p), nbytes(p.length, we));
+    rt.signal(q, done + me);
+  };
+  auto give_value = [&](int j) {
+    const int c = carrier(k, j);
+    if (c == me) return;
+    const Chunk p = piece(j);
+    rt.put(c, row_at + nbytes(row(me, c) * count + p.offset, ve), at(f.own, p.offset, ve),
+           nbytes(p.length, ve));
+    rt.signal(c, local + me);
+  };
+  auto carry = [&](int j) {
+    if (carrier(k, j) != me) return;
+    const Chunk p = piece(j);
+    if (k > 0)
+      rt.wait(run + carrier(k - 1, j), rt.expect(run + carrier(k - 1, j), 1),
+              detail::make_string(key, " piece ", j, " acc[", carrier(k - 1, j), "]"));
+    for (int m = first; m < first + L; ++m)
+      if (m != me)
+        rt.wait(local + m, rt.expect(local + m, 1),
+                detail::make_string(key, " piece ", j, " local[", m, "]"));
+    const std::function<const char*(int)> value = [&](int m) -> const char* {
+      return m == me ? at(f.own, p.offset, ve)
+                     : rt.data() + row_at + nbytes(row(m, me) * count + p.offset, ve);
+    };
+    // The running value goes out of, and the finished piece sits in, this rank's finished area
+    // at the piece's place: the finished piece arrives there only after the running value has
+    // been sent on (and the signal's flush has completed that put).
+    const char* in = k > 0 ? rt.data() + acc_at + nbytes(p.offset, we) : nullptr;
+    f.carry(p, in, value, first, first + L, k + 1 == S, fin(p));
+    if (k + 1 < S) {
+      const int next = carrier(k + 1, j);
+      rt.put(next, acc_at + nbytes(p.offset, we), fin(p), nbytes(p.length, we));
+      rt.signal(next, run + me);
+      return;
+    }
+    for (int q : t.ranks[my_host])
+      if (q != me) put_finished(q, p);
+    for (int h = 0; h < static_cast<int>(t.ranks.size()); ++h)
+      if (h != my_host) put_finished(relay(h, j), p);
+  };
+  auto finish = [&](int j) {
+    const int producer = carrier(S - 1, j);
+    if (producer == me) return;
+    const Chunk p = piece(j);
+    const bool relaying = my_host != prod_host && relay(my_host, j) == me;
+    const int from = my_host == prod_host || relaying ? producer : relay(my_host, j);
+    rt.wait(done + from, rt.expect(done + from, 1),
+            detail::make_string(key, " piece ", j, " out[", from, "]"));
+    if (relaying)
+      for (int q : t.ranks[my_host])
+        if (q != me) put_finished(q, p);
+    f.deliver(p, fin(p));
+  };
+  // In place, recv[j] is written only once piece j is finished, i.e. after every rank's value of
+  // j has been folded (and so received).
+  give_value(0);
+  for (int j = 0; j < K + kLag; ++j) {
+    if (j + 1 < K) give_value(j + 1);
+    if (j < K) carry(j);
+    if (j >= kLag) finish(j - kLag);
+  }
 }
 
 bool chain_all_reduce(const Runtime& rt, const Topology& t) {

@@ -286,12 +286,62 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
   gather_encoded(rt, gather_at, a.count, plan, recv);
 }
 
+/// The chain fold of ref/compressed.cpp on the chain of host segments (collectives.cpp,
+/// `run_chain`): every element's running value starts as y_0, and each later rank r makes it
+/// rt(acc) ⊕ y_r, rt = decode(encode(.)) with the agreed scales (received value on the left, own
+/// value in f32). Inside a segment rt is a local rounding, so the mates' f32 values travel to the
+/// carrier and the wire is only crossed where the running value leaves a segment: encoded, E(acc),
+/// so that the next segment's first step starts with the decode. The last segment's carrier
+/// divides for `avg` and sends the finished E(acc) to every host once; every rank decodes it.
+void all_reduce_chain_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
+                           const WirePlan& plan) {
+  using Src = fusedcoll::detail::WireSource;
+  const int divide = fusedcoll::detail::divides_after(a.op, a.wire) ? rt.size() : 0;
+  auto* recv = static_cast<float*>(a.recv);
+  ChainFold f;
+  f.value_size = sizeof(float);
+  f.wire_size = plan.elem();
+  f.own = y;
+  f.carry = [&](const Chunk& p, const char* in, const std::function<const char*(int)>& value,
+                int first, int end, bool last, char* out) {
+    auto val = [&](int m, int64_t o) {
+      return reinterpret_cast<const float*>(value(m)) + o;
+    };
+    for_pieces(rt, p.length, [&](int64_t o, int64_t n) {
+      const int64_t at = p.offset + o;
+      char* enc = out + wbytes(o, plan);
+      // rt of the running value before this rank's step: the decoded arrival, or rt(y_0).
+      Src acc = in != nullptr ? Src{Src::Kind::wire, in + wbytes(o, plan)}
+                              : Src{Src::Kind::round_trip, val(first, o)};
+      const int from = in != nullptr ? first : first + 1;
+      if (from == end) {  // segment 0 of one rank: y_0 leaves encoded
+        fusedcoll::detail::wire_encode(plan, val(first, o), at, n, enc);
+        return;
+      }
+      for (int m = from; m < end; ++m) {
+        const bool final_step = m + 1 == end;
+        // Partial results alternate between two buffers: a source never overlaps the output.
+        float* part = final_step ? (last ? recv + at : nullptr) : piece_buffer((m - from) % 2, n);
+        fusedcoll::detail::wire_reduce(plan, a.op, {acc, {Src::Kind::plain, val(m, o)}}, at, n,
+                                       final_step && last ? divide : 0,
+                                       final_step ? enc : nullptr, part);
+        acc = {Src::Kind::round_trip, part};
+      }
+    });
+  };
+  f.deliver = [&](const Chunk& p, const char* fin) {
+    for_pieces(rt, p.length, [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, fin + wbytes(o, plan), p.offset + o, n,
+                                     recv + p.offset + o);
+    });
+  };
+  run_chain(rt, topology(rt), a.count, f, "all_reduce.chain.wire");
+}
+
 }  // namespace
 
 void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
   const int P = rt.size();
-  if (args.algo == AllReduceAlgo::chain && P > 1)
-    throw UnsupportedError("fusedcoll mpi: compressed chain AllReduce is not implemented yet");
   std::vector<float> storage;
   const float* y = fusedcoll::detail::contribution_view(
       args.send, args.send == args.recv, args.count, args.op, args.wire, P, storage);
@@ -300,6 +350,8 @@ void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
   if (args.count == 0) return;
   if (args.algo == AllReduceAlgo::ring && P > 1)
     all_reduce_ring_wire(rt, args, y, plan);
+  else if (args.algo == AllReduceAlgo::chain && P > 1)
+    all_reduce_chain_wire(rt, args, y, plan);
   else
     all_reduce_direct_wire(rt, args, y, plan);
 }

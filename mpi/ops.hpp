@@ -322,6 +322,32 @@ bool chain_all_reduce(const Runtime& rt, const Topology& t);
 /// hosts and some host has several.
 bool relay_results(const Runtime& rt, const Topology& t);
 
+/// What one AllReduce folds along the chain of host segments (collectives.cpp, `run_chain`): the
+/// schedule (segments, pieces, carriers, relays, pipelining) is the same for the plain and the
+/// compressed wire; these say what travels and how a carrier folds.
+struct ChainFold {
+  /// Bytes per element of a rank's own values, which go to its segment's carrier of a piece.
+  std::size_t value_size = 0;
+  /// Bytes per element of a running value (between segments) and of a finished piece.
+  std::size_t wire_size = 0;
+  /// This rank's values (`value_size` each), indexed like the buffer.
+  const void* own = nullptr;
+  /// A carrier folds piece `p` of its segment, ranks [first, end): `in` is the running value
+  /// from the previous segment (null in segment 0), `value(m)` rank m's values of the piece. Into
+  /// `out` goes the running value for the next segment or, when `last` (the last segment), the
+  /// finished piece, and then this rank's result of the piece into its receive buffer.
+  std::function<void(const Chunk& p, const char* in, const std::function<const char*(int)>& value,
+                     int first, int end, bool last, char* out)>
+      carry;
+  /// Any other rank: its result of piece `p` from the finished piece `fin`.
+  std::function<void(const Chunk& p, const char* fin)> deliver;
+};
+
+/// The AllReduce of `count` elements as a chain of host segments (docs/mpi.md, "Across hosts"),
+/// every element folded in rank order; `key` names its slots and waits.
+void run_chain(Runtime& rt, const Topology& t, std::int64_t count, const ChainFold& f,
+               const std::string& key);
+
 void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode);
 void gemv_allreduce(Runtime& rt, const GemvAllReduceArgs& args, Mode mode);
 void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode);

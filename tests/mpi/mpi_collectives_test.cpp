@@ -154,6 +154,28 @@ TEST(MpiCollectives, CompressedChunksOnSeveralWorkgroupsMatchRef) {
   run_cases(cases);
 }
 
+// AllReduce `chain` with compressed wires (mpi: the chain of host segments, docs/mpi.md): the
+// running value is rounded at every rank step and crosses segment boundaries encoded. Run on one
+// host (one segment) and under the FUSEDCOLL_MPI_HOSTS setups of CMakeLists.txt (blocks,
+// interleaved: every rank a segment), over rma and p2p.
+TEST(MpiCollectives, CompressedChainMatchRef) {
+  Cases cases;
+  add_compressed_chain(cases, world_size(), 4000 + world_size());
+  run_cases(cases);
+}
+
+// More than 4 MiB of f32 per rank (where the direct order's b78392b race showed): 16 or more
+// pieces, several in flight at once behind the pipeline's lag, in both wire widths.
+TEST(MpiCollectives, CompressedChainLargeMatchRef) {
+  Cases cases;
+  const std::int64_t count = (std::int64_t{1} << 20) * world_size() + 7;
+  add_all_reduce(cases, world_size(), count, DType::f32, ReduceOp::avg, AllReduceAlgo::chain,
+                 false, 5000, {.format = fusedcoll::WireFormat::f16});
+  add_all_reduce(cases, world_size(), count, DType::f32, ReduceOp::sum, AllReduceAlgo::chain,
+                 true, 5001, {.format = fusedcoll::WireFormat::fp8_e4m3});
+  run_cases(cases);
+}
+
 // The worked example of docs/semantics.md: with P = 3 the two algorithms' orders give different
 // bits, and each must give its own.
 TEST(MpiCollectives, DirectAndRingOrdersDiffer) {
