@@ -230,8 +230,6 @@ Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   const AllReduceArgs& a = all[0];
   const int P = static_cast<int>(all.size());
   const bool ring = a.algo == AllReduceAlgo::ring && P > 1;
-  if (a.algo == AllReduceAlgo::chain && P > 1 && a.wire.format != WireFormat::none)
-    throw UnsupportedError("fusedcoll gpu: compressed chain AllReduce is not implemented yet");
   Builder b(std::string("all_reduce ") + to_string(a.algo), P, a.dtype);
   Plan& p = b.plan();
   p.reduce = a.op;
@@ -261,6 +259,50 @@ Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   auto finish = [&](int r, int64_t at, int64_t tile_begin) {
     return spread_targets(p, f, sp, r, at, static_cast<int>(tile_begin / sp.te));
   };
+
+  // Compressed chain (uncompressed, chain is direct's order and runs as direct): every tile's
+  // running value passes rank 0, 1, ..., P - 1, encoded into the next rank's stage ('chain'[t]);
+  // rank P - 1 finishes it and spreads it as direct's owner does, then every other rank decodes.
+  // All ranks share one device, so the last rank encodes straight into every peer's final buffer
+  // (the emulator relays it instead, for its one link per device).
+  if (a.algo == AllReduceAlgo::chain && P > 1 && f.compressed) {
+    const int last = P - 1;
+    const int64_t te = tile_elems(n, p.elem), we = static_cast<int64_t>(f.we);
+    const int T = std::max(num_tiles(n, te), 1);
+    const int chain_slot = b.slots(p.name + ".chain", T);
+    const int fin_slot = b.slots(p.name + ".final", T);
+    for (int r = 0; r < P; ++r) {
+      p.bytes(Buf::stage, r) = n * we;
+      p.bytes(Buf::final_wire, r) = n * we;
+    }
+    for (int r = 0; r < P; ++r)
+      for (int t = 0; t < num_tiles(n, te); ++t) {
+        const Span s = tile_of(n, te, t);
+        std::vector<Source> srcs;
+        if (r > 0) srcs.push_back({{r, Buf::stage, s.begin * we}, f.wire, false, s.begin});
+        srcs.push_back({{r, Buf::send, s.begin * eb}, Access::raw, f.predivide, s.begin});
+        const int wait = r > 0 ? chain_slot + t : -1;
+        if (r < last) {
+          b.step(r, r, s.length, wait, std::move(srcs),
+                 {{{r + 1, Buf::stage, s.begin * we}, f.wire, s.begin, r + 1, chain_slot + t}});
+          continue;
+        }
+        std::vector<Target> dsts;
+        for (int q : remote_first(r, P))
+          dsts.push_back(q == r ? Target{{r, Buf::recv, s.begin * eb}, f.own, s.begin}
+                                : Target{{q, Buf::final_wire, s.begin * we}, Access::wire,
+                                         s.begin, q, fin_slot + t});
+        b.step(r, r, s.length, wait, std::move(srcs), std::move(dsts), f.divide);
+      }
+    for (int r = 0; r < last; ++r)
+      for (int t = 0; t < num_tiles(n, te); ++t) {
+        const Span s = tile_of(n, te, t);
+        b.step(r, P, s.length, fin_slot + t,
+               {{{r, Buf::final_wire, s.begin * we}, Access::wire, false, s.begin}},
+               {{{r, Buf::recv, s.begin * eb}, Access::raw, s.begin}});
+      }
+    return std::move(p);
+  }
 
   if (!ring) {
     if (f.compressed)

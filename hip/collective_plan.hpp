@@ -19,6 +19,10 @@
 //                               on to rank me+1 ('ring'[k][t]); level P-1 finishes chunk me and
 //                               stores it everywhere as direct's level 1 does (the all-gather
 //                               half is direct: it only moves the finished bits)
+//   AllReduce chain    uncompressed: direct. Compressed, level r (rank r): waits 'chain'[t] (r > 0),
+//                               received running value op own value, encoded into rank r+1's
+//                               stage; rank P-1 finishes the tile and stores it everywhere as
+//                               direct's level 1 does ('final'[t]); level P: decode it
 //   ReduceScatter      direct's levels 0 and 1 over the recv_counts chunks, result to the owner
 //   AllGather          level 0: contribution tile to every rank's recv (compressed: encoded into
 //                               every peer's stage, rt into the own recv); level 1: wait / decode

@@ -331,6 +331,13 @@ TEST_P(GpuPlan, CompressedMatchesRef) {
   run_simulated(cases, P, 1 + P % 2, 16);
 }
 
+TEST_P(GpuPlan, CompressedChainMatchesRef) {
+  const int P = GetParam();
+  Cases cases;
+  add_compressed_chain(cases, P, 3000);
+  run_simulated(cases, P, 1 + P % 2, 17);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GpuPlan, ::testing::Values(1, 2, 3, 4, 7, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
@@ -345,6 +352,8 @@ TEST(GpuPlanSchedule, AnyBlockCountAndOrder) {
           cases, 4, 5 * 16384 + 3, DType::f32, ReduceOp::avg, AllReduceAlgo::direct, true, seed,
           {.format = fc::WireFormat::fp8_e4m3, .scaling = fc::Scaling::per_block, .block = 333});
       add_all_to_allv(cases, 4, DType::f32, 1000, seed, {.format = fc::WireFormat::bf16});
+      add_all_reduce(cases, 4, 5 * 16384 + 3, DType::f32, ReduceOp::sum, AllReduceAlgo::chain,
+                     false, seed, {.format = fc::WireFormat::f16});
       run_simulated(cases, 4, G, seed);
     }
 }
@@ -363,6 +372,14 @@ TEST(GpuPlanSchedule, SlotsStayBounded) {
   const coll::Plan p = coll::plan_all_reduce(all);
   EXPECT_LE(p.slot_count, 8 * coll::kMaxTiles + 7 * coll::kMaxTiles + 1);
   for (const auto& steps : p.steps) EXPECT_LE(steps.size(), 8u * coll::kMaxTiles + 1);
+  // Compressed chain: one chain and one final slot per tile of the whole buffer.
+  for (auto& a : all) {
+    a.algo = AllReduceAlgo::chain;
+    a.wire.format = fc::WireFormat::fp8_e4m3;
+  }
+  const coll::Plan c = coll::plan_all_reduce(all);
+  EXPECT_LE(c.slot_count, 2 * coll::kMaxTiles);
+  for (const auto& steps : c.steps) EXPECT_LE(steps.size(), 2u * coll::kMaxTiles);
 }
 
 }  // namespace

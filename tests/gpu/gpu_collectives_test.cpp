@@ -116,6 +116,15 @@ TEST_P(GpuCollectives, CompressedMatchesRef) {
   run_on_gpu(gpu, cases);
 }
 
+TEST_P(GpuCollectives, CompressedChainMatchesRef) {
+  FC_REQUIRE_GPU();
+  const int P = GetParam();
+  fc::gpu::World gpu(options(P));
+  Cases cases;
+  add_compressed_chain(cases, P, 3000);
+  run_on_gpu(gpu, cases);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GpuCollectives, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
