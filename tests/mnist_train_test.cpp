@@ -94,6 +94,15 @@ TEST(MnistExchange, BytesPerStep) {
   EXPECT_EQ(exchange_bytes_per_step(10, 4, direct), 16 * 4);
   EXPECT_EQ(exchange_bytes_per_step(10, 4, ring), 14 * 4);
   EXPECT_EQ(exchange_bytes_per_step(10, 4, {.compression = mn::GradCompression::fp16}), 16 * 2);
+  // Chain: rank 0 sends each element's running value once, whatever P (> 1).
+  const mn::ExchangeOptions chain{.algo = fc::AllReduceAlgo::chain};
+  EXPECT_EQ(exchange_bytes_per_step(10, 1, chain), 0);
+  EXPECT_EQ(exchange_bytes_per_step(10, 4, chain), 10 * 4);
+  EXPECT_EQ(exchange_bytes_per_step(21840, 2, chain), 21840 * 4);
+  EXPECT_EQ(exchange_bytes_per_step(21840, 4,
+                                    {.compression = mn::GradCompression::fp8_e4m3,
+                                     .algo = fc::AllReduceAlgo::chain}),
+            21840);
 }
 
 TEST(MnistExchange, CompressionFlag) {

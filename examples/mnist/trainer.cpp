@@ -256,6 +256,9 @@ std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
       element_bytes = 1;
       break;
   }
+  // Chain: every element's running value leaves rank 0 once, to rank 1 (encoded when compressed);
+  // the finished result comes back from the last rank.
+  if (options.algo == AllReduceAlgo::chain) return count * element_bytes;
   const std::int64_t own = chunk_of(count, world_size, 0).length;
   // Reduce-scatter: rank 0 sends every chunk but its own (direct: straight to the owner; ring:
   // passed on). All-gather: direct sends its own chunk to P-1 peers; ring forwards every chunk but

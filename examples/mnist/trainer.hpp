@@ -43,9 +43,10 @@ void check_exchange(const ExchangeOptions& options);
 void exchange_gradients(Communicator& comm, std::span<float> grads, const ExchangeOptions& options,
                         ErrorFeedback* feedback = nullptr);
 
-/// Bytes this rank puts on the wire per `exchange_gradients` of `count` elements on `world_size`
-/// ranks (the direct and ring algorithms both send 2 (P-1)/P of the buffer per rank; for rank 0
-/// exactly, with the remainder elements of `chunk_of`).
+/// Bytes rank 0 puts on the wire per `exchange_gradients` of `count` elements on `world_size`
+/// ranks, one rank per host: direct and ring send 2 (P-1)/P of the buffer (exactly, with the
+/// remainder elements of `chunk_of`), chain the buffer once (its running values to rank 1). The
+/// MPI backend's host segments (mpi.md, "Across hosts") move part of that through shared memory.
 std::int64_t exchange_bytes_per_step(std::int64_t count, int world_size,
                                      const ExchangeOptions& options);
 
