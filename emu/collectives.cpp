@@ -12,10 +12,11 @@
 //      once, deal the items out round-robin. Sends never wait, so no workgroup can wait on one
 //      that never becomes resident.
 //
-// Data is cut into tiles (64 KiB, or larger so that a segment has at most kMaxTiles of them); a
-// tile is a set of whole elements, so tiling never changes a bit. Each (segment, tile) has its own
-// slot, signalled once per call by the put that fills it, so a receiver works on a tile as soon as
-// it has arrived. Every region of scratch is written at most once per call, so nothing is
+// Data is cut into tiles (collectives.hpp, Tiling: as a GPU collective spreads a chunk over its
+// compute units, a segment is spread over the workgroups the device holds, 4-64 KiB a tile, larger
+// only so that a segment has at most max_tiles of them); a tile is a set of whole elements, so
+// tiling never changes a bit. Each (segment, tile) has its own slot, signalled once per call by
+// the put that fills it, so a receiver works on a tile as soon as it has arrived. Every region of scratch is written at most once per call, so nothing is
 // overwritten before it is consumed. Across calls the buffers and slots are reused: `enter` meets
 // every rank, and a rank only gets there after all its kernels of the previous call finished.
 //
@@ -47,8 +48,8 @@ namespace fusedcoll::emu::ops {
 namespace {
 
 struct OwnerReduce {
-  std::string key;                // scratch and slot names
-  std::vector<int64_t> off, len;  // per part, in elements of the send buffer
+  std::string key;  // scratch and slot names
+  Parts parts;      // in elements of the send buffer
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
   bool gather = false;  // AllReduce: every rank receives every part
@@ -59,12 +60,9 @@ struct OwnerReduce {
 void owner_reduce(Rank& rk, const OwnerReduce& spec) {
   const int P = rk.size(), me = rk.rank();
   const std::size_t elem = dtype_size(spec.dtype);
-  int64_t max_len = 0, total = 0;
-  for (int q = 0; q < P; ++q) {
-    max_len = std::max(max_len, spec.len[q]);
-    total = std::max(total, spec.off[q] + spec.len[q]);
-  }
-  const int64_t te = tile_elems(max_len, elem);
+  const int64_t max_len = spec.parts.max_len;
+  const auto& off = spec.parts.off;
+  const auto& len = spec.parts.len;
 
   // Scratch (collective; sizes agree because the parts do). `in`: [source][max_len], where part
   // me's contributions land. `out`: the folded results; with gather, in the layout of the full
@@ -72,36 +70,31 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
   const SymBuffer in =
       rk.scratch(spec.key + ".in", bytes_of(P > 1 ? int64_t{P} * max_len : 0, elem));
   const SymBuffer out =
-      rk.scratch(spec.key + ".out", bytes_of(spec.gather ? total : max_len, elem));
-  const int in_slot = rk.slots(spec.key + ".in", kMaxTiles);  // [tile]: P-1 puts
-  // [part][tile]: one put each; only the all-gather uses them (same choice on every rank).
-  const int out_slot = spec.gather ? rk.slots(spec.key + ".out", P * kMaxTiles) : 0;
+      rk.scratch(spec.key + ".out", bytes_of(spec.gather ? spec.parts.total : max_len, elem));
+  const OwnerSchedule sc = owner_schedule(rk, spec.key, spec.parts, elem, spec.gather);
   if (max_len == 0) return;  // nothing moves; every rank agrees
-
-  const OwnerSchedule sched = owner_schedule(rk, spec.len, te, spec.gather, in_slot, out_slot);
-  const auto& [order, scatter, reduce, collect, in_target, out_target] = sched;
+  const int64_t te = sc.te;
 
   const auto* send = cbytes(spec.send);
   auto* recv = mbytes(spec.recv);
-  const int64_t my_base = spec.gather ? spec.off[me] : 0;  // of part me in `out` and `recv`
-  const std::size_t phase_max = std::max({scatter.size(), reduce.size(), collect.size()});
+  const int64_t my_base = spec.gather ? off[me] : 0;  // of part me in `out` and `recv`
 
-  rk.launch(spec.key, grid_for(rk, phase_max), [&](WgContext& wg) -> WgTask {
+  rk.launch(spec.key, grid_for(rk, owner_work(sc)), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     // 1. Scatter: this rank's slice of part q goes to owner q's row `me` (remote owners first).
-    for (std::size_t i = w; i < scatter.size(); i += G) {
-      const int q = scatter[i].peer, t = scatter[i].tile;
-      const Span s = tile_of(spec.len[q], te, t);
+    for (std::size_t i = w; i < sc.scatter.size(); i += G) {
+      const int q = sc.scatter[i].peer, t = sc.scatter[i].tile;
+      const Span s = tile_of(len[q], te, t);
       wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, elem),
-                    send + bytes_of(spec.off[q] + s.begin, elem), bytes_of(s.length, elem),
-                    in_slot + t, SignalOp::add, 1);
+                    send + bytes_of(off[q] + s.begin, elem), bytes_of(s.length, elem),
+                    sc.in_slot + t, SignalOp::add, 1);
     }
     // 2. Reduce part me, tile by tile, once all P - 1 contributions are in: acc = v_0, then
     //    acc = acc op v_p in rank order (this rank's own value read from its send buffer).
-    for (std::size_t i = w; i < reduce.size(); i += G) {
-      const int t = reduce[i].tile;
-      co_await wg.wait_until(in_slot + t, Cmp::ge, in_target[t]);
-      const Span s = tile_of(spec.len[me], te, t);
+    for (std::size_t i = w; i < sc.reduce.size(); i += G) {
+      const int t = sc.reduce[i].tile;
+      co_await wg.wait_until(sc.in_slot + t, Cmp::ge, sc.in_target[t]);
+      const Span s = tile_of(len[me], te, t);
       const std::size_t bytes = bytes_of(s.length, elem);
       std::byte* acc = wg.local(out) + bytes_of(my_base + s.begin, elem);
       wg.compute("reduce",
@@ -109,7 +102,7 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
                   model::reduce(s.length * (P - 1), static_cast<int64_t>(elem))},
                  [&] {
         auto value_of = [&](int p) -> const std::byte* {
-          return p == me ? send + bytes_of(spec.off[me] + s.begin, elem)
+          return p == me ? send + bytes_of(off[me] + s.begin, elem)
                          : wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, elem), bytes);
         };
         std::memcpy(acc, value_of(0), bytes);
@@ -119,20 +112,19 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
           fusedcoll::detail::finish_average(acc, s.length, spec.dtype, P);
       });
       if (spec.gather)
-        for (int q : order)
+        for (int q : sc.order)
           if (q != me)
             wg.put_signal(q, out, bytes_of(my_base + s.begin, elem), acc, bytes,
-                          out_slot + me * kMaxTiles + t, SignalOp::add, 1);
+                          sc.out_slot_of(me, t), SignalOp::add, 1);
       // Own contribution to this tile was read above; the in-place recv may now be written.
       copy_span(wg, recv + bytes_of(my_base + s.begin, elem), acc, bytes);
     }
     // 3. Gather: copy the other owners' results out of scratch as their tiles arrive.
-    for (std::size_t i = w; i < collect.size(); i += G) {
-      const int q = collect[i].peer, t = collect[i].tile;
-      const int slot = q * kMaxTiles + t;
-      co_await wg.wait_until(out_slot + slot, Cmp::ge, out_target[slot]);
-      const Span s = tile_of(spec.len[q], te, t);
-      const std::size_t at = bytes_of(spec.off[q] + s.begin, elem);
+    for (std::size_t i = w; i < sc.collect.size(); i += G) {
+      const int q = sc.collect[i].peer, t = sc.collect[i].tile;
+      co_await wg.wait_until(sc.out_slot_of(q, t), Cmp::ge, sc.out_target[q * sc.mt + t]);
+      const Span s = tile_of(len[q], te, t);
+      const std::size_t at = bytes_of(off[q] + s.begin, elem);
       copy_span(wg, recv + at, wg.read(out, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
     }
     co_return;
@@ -146,14 +138,13 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
 void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
   const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
   const std::size_t elem = dtype_size(args.dtype);
-  std::vector<int64_t> off(P), len(P);
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(args.count, P, c);
-    off[c] = ch.offset;
-    len[c] = ch.length;
-  }
-  const int64_t max_len = len[0];  // chunk 0 is never shorter than another
-  const int64_t te = tile_elems(max_len, elem);
+  const Parts parts = chunk_parts(args.count, P);
+  const auto& off = parts.off;
+  const auto& len = parts.len;
+  const int64_t max_len = parts.max_len;
+  const Tiling tl = tiling_of(rk);
+  const int mt = tl.max_tiles;
+  const int64_t te = tl.elems(max_len, elem);
   const int nt = num_tiles(max_len, te);
   const int steps = P - 1;
 
@@ -161,16 +152,16 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
   // (me - 2 - s) mod P, then holds acc = received op own); `ag`: the full buffer's layout.
   const SymBuffer rs = rk.scratch("all_reduce.ring.rs", bytes_of(int64_t{steps} * max_len, elem));
   const SymBuffer ag = rk.scratch("all_reduce.ring.ag", bytes_of(args.count, elem));
-  const int rs_slot = rk.slots("all_reduce.ring.rs", steps * kMaxTiles);  // [step][tile]
-  const int ag_slot = rk.slots("all_reduce.ring.ag", steps * kMaxTiles);  // [step][tile]
+  const int rs_slot = rk.slots("all_reduce.ring.rs", steps * mt);  // [step][tile]
+  const int ag_slot = rk.slots("all_reduce.ring.ag", steps * mt);  // [step][tile]
   if (args.count == 0) return;
 
   // Every (step, tile < nt) gets exactly one put and signal per call, empty tiles included.
   std::vector<std::uint64_t> rs_target(std::size_t(steps) * nt), ag_target(std::size_t(steps) * nt);
   for (int s = 0; s < steps; ++s)
     for (int t = 0; t < nt; ++t) {
-      rs_target[s * nt + t] = rk.expect(rs_slot + s * kMaxTiles + t, 1);
-      ag_target[s * nt + t] = rk.expect(ag_slot + s * kMaxTiles + t, 1);
+      rs_target[s * nt + t] = rk.expect(rs_slot + s * mt + t, 1);
+      ag_target[s * nt + t] = rk.expect(ag_slot + s * mt + t, 1);
     }
 
   const auto* send = cbytes(args.send);
@@ -189,10 +180,10 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
         const std::byte* src = s == 0 ? send + bytes_of(off[c_send] + sp.begin, elem)
                                       : rs_mem + region(s - 1) + bytes_of(sp.begin, elem);
         wg.put_signal(next, rs, region(s) + bytes_of(sp.begin, elem), src,
-                      bytes_of(sp.length, elem), rs_slot + s * kMaxTiles + t, SignalOp::add, 1);
+                      bytes_of(sp.length, elem), rs_slot + s * mt + t, SignalOp::add, 1);
       }
       for (int t = w; t < nt; t += G) {
-        co_await wg.wait_until(rs_slot + s * kMaxTiles + t, Cmp::ge, rs_target[s * nt + t]);
+        co_await wg.wait_until(rs_slot + s * mt + t, Cmp::ge, rs_target[s * nt + t]);
         const Span sp = tile_of(len[c_recv], te, t);
         std::byte* acc = wg.read(rs, region(s) + bytes_of(sp.begin, elem), bytes_of(sp.length, elem));
         wg.compute("reduce", {model::reduce(sp.length, static_cast<int64_t>(elem))}, [&] {
@@ -213,17 +204,17 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
         const std::size_t at = bytes_of(off[c] + sp.begin, elem), bytes = bytes_of(sp.length, elem);
         const std::byte* src = fin + bytes_of(sp.begin, elem);
         if (g > 0) {
-          co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
+          co_await wg.wait_until(ag_slot + (g - 1) * mt + t, Cmp::ge,
                                  ag_target[(g - 1) * nt + t]);
           src = wg.read(ag, at, bytes);
           copy_span(wg, recv + at, src, bytes);
         }
-        wg.put_signal(next, ag, at, src, bytes, ag_slot + g * kMaxTiles + t, SignalOp::add, 1);
+        wg.put_signal(next, ag, at, src, bytes, ag_slot + g * mt + t, SignalOp::add, 1);
       }
     }
     const int c_last = mod(me + 1, P);  // received at the last all-gather step
     for (int t = w; t < nt; t += G) {
-      co_await wg.wait_until(ag_slot + (steps - 1) * kMaxTiles + t, Cmp::ge,
+      co_await wg.wait_until(ag_slot + (steps - 1) * mt + t, Cmp::ge,
                              ag_target[(steps - 1) * nt + t]);
       const Span sp = tile_of(len[c_last], te, t);
       const std::size_t at = bytes_of(off[c_last] + sp.begin, elem);
@@ -244,7 +235,8 @@ void exchange(Rank& rk, const Exchange& ex, DType dtype, const void* send_buf, v
   const std::size_t elem = dtype_size(dtype);
   const ExchangeSchedule sc = exchange_schedule(rk, ex, elem, elem);
   if (ex.inbox == 0) return;
-  const auto& [box, slot, sends, receives, target] = sc;
+  const auto& [box, tl, slot, sends, receives, target] = sc;
+  const int mt = tl.max_tiles;
   const auto* send = cbytes(send_buf);
   auto* recv = mbytes(recv_buf);
 
@@ -254,19 +246,19 @@ void exchange(Rank& rk, const Exchange& ex, DType dtype, const void* send_buf, v
     for (std::size_t i = w; i < sends.size(); i += G) {
       const int q = sends[i].peer, t = sends[i].tile;
       const int64_t n = ex.send_len[q];
-      const Span s = tile_of(n, tile_elems(n, elem), t);
+      const Span s = tile_of(n, tl.elems(n, elem), t);
       const std::byte* src = send + bytes_of(ex.send_at[q] + s.begin, elem);
       if (q == me)  // skipped in place
         copy_span(wg, recv + bytes_of(ex.recv_at[me] + s.begin, elem), src, bytes_of(s.length, elem));
       else
         wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, elem), src, bytes_of(s.length, elem),
-                      slot + me * kMaxTiles + t, SignalOp::add, 1);
+                      slot + me * mt + t, SignalOp::add, 1);
     }
     for (std::size_t i = w; i < receives.size(); i += G) {
       const int p = receives[i].peer, t = receives[i].tile;
-      co_await wg.wait_until(slot + p * kMaxTiles + t, Cmp::ge, target[p * kMaxTiles + t]);
+      co_await wg.wait_until(slot + p * mt + t, Cmp::ge, target[p * mt + t]);
       const int64_t n = ex.recv_len[p];
-      const Span s = tile_of(n, tile_elems(n, elem), t);
+      const Span s = tile_of(n, tl.elems(n, elem), t);
       copy_span(wg, recv + bytes_of(ex.recv_at[p] + s.begin, elem),
                 wg.read(box, bytes_of(ex.box_at[p] + s.begin, elem), bytes_of(s.length, elem)),
                 bytes_of(s.length, elem));
@@ -294,11 +286,7 @@ void all_reduce(Rank& rk, const AllReduceArgs& args) {
   // direct (and ring with P = 1, whose order [0] is direct's).
   OwnerReduce spec;
   spec.key = "all_reduce.direct";
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(args.count, P, c);
-    spec.off.push_back(ch.offset);
-    spec.len.push_back(ch.length);
-  }
+  spec.parts = chunk_parts(args.count, P);
   spec.dtype = args.dtype;
   spec.op = args.op;
   spec.gather = true;
@@ -316,12 +304,7 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
   leave_args(rk, "reduce_scatter");
   OwnerReduce spec;
   spec.key = "reduce_scatter";
-  int64_t at = 0;
-  for (int64_t n : args.recv_counts) {
-    spec.off.push_back(at);
-    spec.len.push_back(n);
-    at += n;
-  }
+  spec.parts = count_parts(args.recv_counts);
   spec.dtype = args.dtype;
   spec.op = args.op;
   spec.gather = false;
@@ -360,15 +343,16 @@ void broadcast(Rank& rk, const BroadcastArgs& args) {
   const int P = rk.size(), me = rk.rank(), root = args.root;
   const std::size_t elem = dtype_size(args.dtype);
   const SymBuffer box = rk.scratch("broadcast", bytes_of(args.count, elem));
-  const int slot = rk.slots("broadcast", kMaxTiles);  // [tile]
+  const Tiling tl = tiling_of(rk);
+  const int slot = rk.slots("broadcast", tl.max_tiles);  // [tile]
   if (args.count == 0) return;
 
-  const int64_t te = tile_elems(args.count, elem);
+  const int64_t te = tl.elems(args.count, elem);
   const int nt = num_tiles(args.count, te);
   // The root puts every tile to every other rank (remote first, then its own local copy); the
   // others copy each tile out of scratch once it has arrived.
   std::vector<Item> items;
-  std::vector<std::uint64_t> target(kMaxTiles);
+  std::vector<std::uint64_t> target(tl.max_tiles);
   if (me == root) {
     for (int q : remote_first(me, P))
       for (int t = 0; t < nt; ++t) items.push_back({q, t});

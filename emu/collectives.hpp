@@ -17,18 +17,28 @@ namespace fusedcoll::emu::ops {
 
 using std::int64_t;
 
-/// Preferred tile size, and the most tiles a segment (a chunk, a peer's block) is cut into: slots
-/// are reserved per tile, so their number must stay bounded.
-inline constexpr int64_t kTileBytes = 64 * 1024;
-inline constexpr int kMaxTiles = 64;
-
-/// Elements per tile for a segment of `len` elements of `elem` bytes.
-inline int64_t tile_elems(int64_t len, std::size_t elem) {
-  const int64_t base = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(elem));
-  return std::max(base, (len + kMaxTiles - 1) / kMaxTiles);
+/// The tiling of one collective call (detail::collective_tile_elems), the same on every rank so
+/// that senders and receivers cut a segment alike. In virtual time the device is the preset's GPU:
+/// a segment is spread over its resident workgroups in tiles down to 4 KiB (up to 256 of them),
+/// so that a small chunk's fold runs on many compute units and large ones pipeline, as a GPU
+/// collective does. On the host's threads a work item costs far more than a GPU workgroup, so
+/// tiles stay 64 KiB (at most 64 per segment, larger beyond).
+struct Tiling {
+  int spread = 1;
+  int64_t min_bytes = fusedcoll::detail::kCollectiveTileBytes;
+  int max_tiles = 64;
+  /// Elements per tile of a segment of `len` elements of `elem` bytes.
+  int64_t elems(int64_t len, std::size_t elem) const {
+    return fusedcoll::detail::collective_tile_elems(len, elem, spread, min_bytes, max_tiles);
+  }
+};
+inline Tiling tiling_of(const Rank& rk) {
+  if (!rk.virtual_time()) return {rk.compute_units(), fusedcoll::detail::kCollectiveTileBytes, 64};
+  return {rk.max_resident_wgs(), fusedcoll::detail::kCollectiveGpuMinTileBytes,
+          fusedcoll::detail::collective_max_tiles(rk.size())};
 }
 
-/// Number of tiles of a segment of `len` elements (0 for an empty one); at most kMaxTiles.
+/// Number of tiles of a segment of `len` elements (0 for an empty one); at most max_tiles.
 inline int num_tiles(int64_t len, int64_t te) { return static_cast<int>((len + te - 1) / te); }
 
 /// Tile `t` of a segment of `len` elements: [begin, begin + length), empty past the end.
@@ -73,41 +83,92 @@ inline void copy_span(WgContext& wg, void* dst, const void* src, std::size_t byt
 // order. The engine of AllReduce `direct` (parts = chunk_of, then an all-gather of the results)
 // and of ReduceScatter (parts = recv_counts, no all-gather).
 
+/// The parts of an owner reduction, in elements: part q is [off[q], off[q] + len[q]).
+struct Parts {
+  std::vector<int64_t> off, len;
+  int64_t max_len = 0;  // the longest part
+  int64_t total = 0;    // where the last part ends
+};
+/// AllReduce's parts: chunk_of(count, P, q), the same on every rank.
+inline Parts chunk_parts(int64_t count, int P) {
+  Parts p;
+  for (int q = 0; q < P; ++q) {
+    const Chunk c = chunk_of(count, P, q);
+    p.off.push_back(c.offset);
+    p.len.push_back(c.length);
+    p.max_len = std::max(p.max_len, c.length);
+  }
+  p.total = count;
+  return p;
+}
+/// ReduceScatter's parts: `counts` laid end to end.
+inline Parts count_parts(const std::vector<int64_t>& counts) {
+  Parts p;
+  for (int64_t n : counts) {
+    p.off.push_back(p.total);
+    p.len.push_back(n);
+    p.max_len = std::max(p.max_len, n);
+    p.total += n;
+  }
+  return p;
+}
+
 /// One rank's share of an owner reduction: `scatter` (its slices of the other owners' parts,
 /// remote-first `order`), `reduce` (its own part's tiles) and, with gather, `collect` (the other
 /// owners' finished tiles), with the cumulative signal targets the reduce and collect tiles wait
-/// for. The plain and the compressed-wire kernels share it.
+/// for. Every part is cut into tiles of `te` elements (those of the longest part). The plain and
+/// the compressed-wire kernels share it.
 struct OwnerSchedule {
+  int64_t te = 1;
+  int mt = 1;            // the slots' stride: tiles per part at most
+  int in_slot = 0;       // [tile]: the P - 1 contributions to this rank's part
+  int out_slot = 0;      // [part][tile]: the owners' finished tiles (gather only)
   std::vector<int> order;
   std::vector<Item> scatter, reduce, collect;
-  std::vector<std::uint64_t> in_target, out_target;
+  std::vector<std::uint64_t> in_target, out_target;  // [tile], [part * mt + tile]
+
+  int out_slot_of(int part, int tile) const { return out_slot + part * mt + tile; }
 };
 
-inline OwnerSchedule owner_schedule(Rank& rk, const std::vector<int64_t>& len, int64_t te,
-                                    bool gather, int in_slot, int out_slot) {
+/// Reserves the slots under `key` (collective: every rank, before anything may return early) and,
+/// unless no part has an element, lists the work; tiles are cut in `tile_elem`-byte elements.
+inline OwnerSchedule owner_schedule(Rank& rk, const std::string& key, const Parts& parts,
+                                    std::size_t tile_elem, bool gather) {
   const int P = rk.size(), me = rk.rank();
+  const Tiling tl = tiling_of(rk);
   OwnerSchedule s;
+  s.mt = tl.max_tiles;
+  s.in_slot = rk.slots(key + ".in", s.mt);
+  // Only the all-gather uses them (the same choice on every rank).
+  s.out_slot = gather ? rk.slots(key + ".out", P * s.mt) : 0;
+  if (parts.max_len == 0) return s;
+  s.te = tl.elems(parts.max_len, tile_elem);
   s.order = remote_first(me, P);
   for (int q : s.order)
-    for (int t = 0; t < num_tiles(len[q], te); ++t) {
+    for (int t = 0; t < num_tiles(parts.len[q], s.te); ++t) {
       if (q != me) s.scatter.push_back({q, t});
       if (q != me && gather) s.collect.push_back({q, t});
     }
-  for (int t = 0; t < num_tiles(len[me], te); ++t) s.reduce.push_back({me, t});
-  s.in_target.assign(kMaxTiles, 0);
-  s.out_target.assign(std::size_t(P) * kMaxTiles, 0);
-  for (const Item& it : s.reduce) s.in_target[it.tile] = rk.expect(in_slot + it.tile, P - 1);
+  for (int t = 0; t < num_tiles(parts.len[me], s.te); ++t) s.reduce.push_back({me, t});
+  s.in_target.assign(s.mt, 0);
+  s.out_target.assign(std::size_t(P) * s.mt, 0);
+  for (const Item& it : s.reduce) s.in_target[it.tile] = rk.expect(s.in_slot + it.tile, P - 1);
   for (const Item& it : s.collect) {
-    const int slot = it.peer * kMaxTiles + it.tile;
-    s.out_target[slot] = rk.expect(out_slot + slot, 1);
+    const int slot = it.peer * s.mt + it.tile;
+    s.out_target[slot] = rk.expect(s.out_slot + slot, 1);
   }
   return s;
 }
 
+/// The grid of an owner reduction's kernel: its largest phase.
+inline std::size_t owner_work(const OwnerSchedule& s) {
+  return std::max({s.scatter.size(), s.reduce.size(), s.collect.size()});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exchange: every rank sends one block to every rank, itself included (a local copy, last). Each
-// receiver's scratch holds its incoming blocks; a block of n elements is tiled by tile_elems(n),
-// so sender and receiver agree, as n does. Offsets and lengths are in elements.
+// receiver's scratch holds its incoming blocks; a block of n elements is tiled by
+// Tiling::elems(n), so sender and receiver agree, as n does. Offsets and lengths are in elements.
 
 /// One rank's side of an exchange.
 struct Exchange {
@@ -166,7 +227,8 @@ inline Exchange all_gather_exchange(Rank& rk, const AllGatherArgs& args) {
 /// [source][tile] it waits on.
 struct ExchangeSchedule {
   SymBuffer box{};
-  int slot = 0;
+  Tiling tiling;
+  int slot = 0;  // [source * tiling.max_tiles + tile]
   std::vector<Item> sends, receives;
   std::vector<std::uint64_t> target;
 };
@@ -178,18 +240,20 @@ inline ExchangeSchedule exchange_schedule(Rank& rk, const Exchange& ex, std::siz
                                           std::size_t box_elem) {
   const int P = rk.size(), me = rk.rank();
   ExchangeSchedule s;
+  s.tiling = tiling_of(rk);
+  const int mt = s.tiling.max_tiles;
   s.box = rk.scratch(ex.key, bytes_of(ex.inbox, box_elem));
-  s.slot = rk.slots(ex.key, P * kMaxTiles);  // [source][tile]
+  s.slot = rk.slots(ex.key, P * mt);
   if (ex.inbox == 0) return s;
   for (int q : remote_first(me, P))
-    for (int t = 0; t < num_tiles(ex.send_len[q], tile_elems(ex.send_len[q], tile_elem)); ++t)
+    for (int t = 0; t < num_tiles(ex.send_len[q], s.tiling.elems(ex.send_len[q], tile_elem)); ++t)
       s.sends.push_back({q, t});
-  s.target.assign(std::size_t(P) * kMaxTiles, 0);
+  s.target.assign(std::size_t(P) * mt, 0);
   for (int p : remote_first(me, P)) {
     if (p == me) continue;
-    for (int t = 0; t < num_tiles(ex.recv_len[p], tile_elems(ex.recv_len[p], tile_elem)); ++t) {
+    for (int t = 0; t < num_tiles(ex.recv_len[p], s.tiling.elems(ex.recv_len[p], tile_elem)); ++t) {
       s.receives.push_back({p, t});
-      s.target[p * kMaxTiles + t] = rk.expect(s.slot + p * kMaxTiles + t, 1);
+      s.target[p * mt + t] = rk.expect(s.slot + p * mt + t, 1);
     }
   }
   return s;

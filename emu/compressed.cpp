@@ -1,7 +1,7 @@
 // The emulator's collectives with a compressed wire (docs/compression.md): the schedules of
 // collectives.cpp with encoded bytes in the puts. Every reduction runs in f32 on decoded values,
 // with the encode and decode points and element indices of ref/compressed.cpp, so the bits are
-// ref's. Tiles are cut in f32 elements (tile_elems(len, 4)) on both ends, and a tile's wire bytes
+// ref's. Tiles are cut in f32 elements (Tiling::elems(len, 4)) on both ends, and a tile's wire bytes
 // sit at `index * wire_size` in scratch.
 //
 // A reduction reads its contribution from `send` in place, except when it must be a copy
@@ -54,8 +54,9 @@ WirePlan agree_plan(Rank& rk, const std::string& op, const CompressionOptions& w
       int64_t first, length;
     };
     std::vector<Piece> pieces;
+    const Tiling tl = tiling_of(rk);
     for (const Run& r : runs) {
-      const int64_t te = tile_elems(r.length, sizeof(float));
+      const int64_t te = tl.elems(r.length, sizeof(float));
       for (int t = 0; t < num_tiles(r.length, te); ++t) {
         const Span s = tile_of(r.length, te, t);
         pieces.push_back({r.data + s.begin, r.first + s.begin, s.length});
@@ -83,7 +84,7 @@ WirePlan agree_plan(Rank& rk, const std::string& op, const CompressionOptions& w
 
 struct WireReduce {
   std::string key;
-  std::vector<int64_t> off, len;  // per part, in elements
+  Parts parts;  // in elements
   ReduceOp op = ReduceOp::sum;
   CompressionOptions wire;
   bool gather = false;       // AllReduce direct: the finished parts travel encoded to every rank
@@ -97,47 +98,41 @@ struct WireReduce {
 void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
   const int P = rk.size(), me = rk.rank();
   const std::size_t we = plan.elem();
-  int64_t max_len = 0, total = 0;
-  for (int q = 0; q < P; ++q) {
-    max_len = std::max(max_len, spec.len[q]);
-    total = std::max(total, spec.off[q] + spec.len[q]);
-  }
-  const int64_t te = tile_elems(max_len, sizeof(float));
+  const int64_t max_len = spec.parts.max_len;
+  const auto& off = spec.parts.off;
+  const auto& len = spec.parts.len;
 
   const SymBuffer in = rk.scratch(spec.key + ".in", bytes_of(P > 1 ? int64_t{P} * max_len : 0, we));
-  const SymBuffer out = rk.scratch(spec.key + ".out", bytes_of(spec.gather ? total : 0, we));
-  const int in_slot = rk.slots(spec.key + ".in", kMaxTiles);
-  const int out_slot = spec.gather ? rk.slots(spec.key + ".out", P * kMaxTiles) : 0;
+  const SymBuffer out =
+      rk.scratch(spec.key + ".out", bytes_of(spec.gather ? spec.parts.total : 0, we));
+  const OwnerSchedule sc = owner_schedule(rk, spec.key, spec.parts, sizeof(float), spec.gather);
   if (max_len == 0) return;
+  const int64_t te = sc.te;
 
-  const OwnerSchedule sched = owner_schedule(rk, spec.len, te, spec.gather, in_slot, out_slot);
-  const auto& [order, scatter, reduce, collect, in_target, out_target] = sched;
-  const std::size_t phase_max = std::max({scatter.size(), reduce.size(), collect.size()});
-
-  rk.launch(spec.key, grid_for(rk, phase_max), [&](WgContext& wg) -> WgTask {
+  rk.launch(spec.key, grid_for(rk, owner_work(sc)), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
     std::vector<WireSource> srcs(static_cast<std::size_t>(P));
     // 1. Scatter: encode this rank's slice of part q and put it into owner q's row `me`.
-    for (std::size_t i = w; i < scatter.size(); i += G) {
-      const int q = scatter[i].peer, t = scatter[i].tile;
-      const Span s = tile_of(spec.len[q], te, t);
-      const int64_t first = spec.off[q] + s.begin;
+    for (std::size_t i = w; i < sc.scatter.size(); i += G) {
+      const int q = sc.scatter[i].peer, t = sc.scatter[i].tile;
+      const Span s = tile_of(len[q], te, t);
+      const int64_t first = off[q] + s.begin;
       enc.resize(bytes_of(s.length, we));
       wg.compute("encode", {enc_work(plan, s.length)}, [&] {
         fusedcoll::detail::wire_encode(plan, spec.y + first, first, s.length, enc.data());
       });
       wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, we), enc.data(), enc.size(),
-                    in_slot + t, SignalOp::add, 1);
+                    sc.in_slot + t, SignalOp::add, 1);
     }
     // 2. Reduce part me in one fused pass: decode every contribution (own: encoded and decoded
     //    here), fold in rank order in f32; with gather, encode the finished tile for the peers
     //    and decode it into recv.
-    for (std::size_t i = w; i < reduce.size(); i += G) {
-      const int t = reduce[i].tile;
-      co_await wg.wait_until(in_slot + t, Cmp::ge, in_target[t]);
-      const Span s = tile_of(spec.len[me], te, t);
-      const int64_t first = spec.off[me] + s.begin;
+    for (std::size_t i = w; i < sc.reduce.size(); i += G) {
+      const int t = sc.reduce[i].tile;
+      co_await wg.wait_until(sc.in_slot + t, Cmp::ge, sc.in_target[t]);
+      const Span s = tile_of(len[me], te, t);
+      const int64_t first = off[me] + s.begin;
       const std::size_t wbytes = bytes_of(s.length, we);
       for (int p = 0; p < P; ++p)
         srcs[p] = p == me ? WireSource{WireSource::Kind::round_trip, spec.y + first}
@@ -153,18 +148,17 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
                                        spec.gather ? spec.recv + first : spec.recv + s.begin);
       });
       if (spec.gather)
-        for (int q : order)
+        for (int q : sc.order)
           if (q != me)
-            wg.put_signal(q, out, bytes_of(first, we), fin, wbytes, out_slot + me * kMaxTiles + t,
+            wg.put_signal(q, out, bytes_of(first, we), fin, wbytes, sc.out_slot_of(me, t),
                           SignalOp::add, 1);
     }
     // 3. Gather: decode the other owners' finished parts as their tiles arrive.
-    for (std::size_t i = w; i < collect.size(); i += G) {
-      const int q = collect[i].peer, t = collect[i].tile;
-      const int slot = q * kMaxTiles + t;
-      co_await wg.wait_until(out_slot + slot, Cmp::ge, out_target[slot]);
-      const Span s = tile_of(spec.len[q], te, t);
-      const int64_t at = spec.off[q] + s.begin;
+    for (std::size_t i = w; i < sc.collect.size(); i += G) {
+      const int q = sc.collect[i].peer, t = sc.collect[i].tile;
+      co_await wg.wait_until(sc.out_slot_of(q, t), Cmp::ge, sc.out_target[q * sc.mt + t]);
+      const Span s = tile_of(len[q], te, t);
+      const int64_t at = off[q] + s.begin;
       const std::byte* got = wg.read(out, bytes_of(at, we), bytes_of(s.length, we));
       wg.compute("decode", {dec_work(plan, s.length)},
                  [&] { fusedcoll::detail::wire_decode(plan, got, at, s.length, spec.recv + at); });
@@ -175,115 +169,105 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
 
 /// Ring AllReduce with a compressed wire: the running value of a chunk leaves its first rank
 /// encoded; each later rank decodes it, adds its own f32 value and re-encodes it; the owner
-/// encodes the finished chunk once, and the ring all-gather forwards those bytes unchanged.
+/// encodes the finished chunk once, and the ring all-gather forwards those bytes unchanged. Each
+/// fold is one pass (detail::wire_reduce) that also encodes its result for the next rank (the
+/// owner's: into its all-gather slot, decoded into recv), so no running value is stored in f32.
 void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                           const WirePlan& plan) {
   const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
   const std::size_t we = plan.elem();
-  std::vector<int64_t> off(P), len(P);
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(args.count, P, c);
-    off[c] = ch.offset;
-    len[c] = ch.length;
-  }
-  const int64_t max_len = len[0];
-  const int64_t te = tile_elems(max_len, sizeof(float));
+  const Parts parts = chunk_parts(args.count, P);
+  const auto& off = parts.off;
+  const auto& len = parts.len;
+  const int64_t max_len = parts.max_len;
+  const Tiling tl = tiling_of(rk);
+  const int mt = tl.max_tiles;
+  const int64_t te = tl.elems(max_len, sizeof(float));
   const int nt = num_tiles(max_len, te);
   const int steps = P - 1;
 
+  // `rs`: one region of max_len wire elements per reduce-scatter step s, where the running chunk
+  // (me - 2 - s) arrives; `ag`: the full buffer's layout, this rank's own chunk included.
   const SymBuffer rs =
       rk.scratch("all_reduce.ring.wire.rs", bytes_of(int64_t{steps} * max_len, we));
   const SymBuffer ag = rk.scratch("all_reduce.ring.wire.ag", bytes_of(args.count, we));
-  const int rs_slot = rk.slots("all_reduce.ring.wire.rs", steps * kMaxTiles);
-  const int ag_slot = rk.slots("all_reduce.ring.wire.ag", steps * kMaxTiles);
+  const int rs_slot = rk.slots("all_reduce.ring.wire.rs", steps * mt);
+  const int ag_slot = rk.slots("all_reduce.ring.wire.ag", steps * mt);
   if (args.count == 0) return;
 
   std::vector<std::uint64_t> rs_target(std::size_t(steps) * nt), ag_target(std::size_t(steps) * nt);
   for (int s = 0; s < steps; ++s)
     for (int t = 0; t < nt; ++t) {
-      rs_target[s * nt + t] = rk.expect(rs_slot + s * kMaxTiles + t, 1);
-      ag_target[s * nt + t] = rk.expect(ag_slot + s * kMaxTiles + t, 1);
+      rs_target[s * nt + t] = rk.expect(rs_slot + s * mt + t, 1);
+      ag_target[s * nt + t] = rk.expect(ag_slot + s * mt + t, 1);
     }
 
-  // acc[s]: the running value folded at step s, in f32 (tile t always belongs to workgroup t % G).
-  std::vector<float> acc(static_cast<std::size_t>(steps * max_len));
   auto* recv = static_cast<float*>(args.recv);
   auto region = [&](int s) { return int64_t{s} * max_len; };
+  const bool scaled = !plan.scales.empty();
 
   rk.launch("all_reduce_ring_wire", grid_for(rk, nt), [&](WgContext& wg) -> WgTask {
     const int w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
+    // Step 0 sends this rank's own value of chunk (me - 1), encoded.
+    const int c0 = mod(me - 1, P);
+    for (int t = w; t < nt; t += G) {
+      const Span sp = tile_of(len[c0], te, t);
+      const int64_t first = off[c0] + sp.begin;
+      enc.resize(bytes_of(sp.length, we));
+      wg.compute("encode", {enc_work(plan, sp.length)},
+                 [&] { fusedcoll::detail::wire_encode(plan, y + first, first, sp.length, enc.data()); });
+      wg.put_signal(next, rs, bytes_of(sp.begin, we), enc.data(), enc.size(), rs_slot + t,
+                    SignalOp::add, 1);
+    }
+    // Step s receives the running chunk (me - 2 - s) and folds its own value in. Before the last
+    // step the sum, encoded, is step s + 1's send; the last one finishes chunk me: encoded into
+    // this rank's own slot of `ag` (no peer writes there), decoded into recv, and forwarded as
+    // the all-gather's step 0.
     for (int s = 0; s < steps; ++s) {
-      const int c_send = mod(me - 1 - s, P), c_recv = mod(me - 2 - s, P);
+      const int c = mod(me - 2 - s, P);
+      const bool last = s == steps - 1;
       for (int t = w; t < nt; t += G) {
-        const Span sp = tile_of(len[c_send], te, t);
-        const int64_t first = off[c_send] + sp.begin;
-        const float* src = s == 0 ? y + first : acc.data() + region(s - 1) + sp.begin;
-        enc.resize(bytes_of(sp.length, we));
-        wg.compute("encode", {enc_work(plan, sp.length)},
-                   [&] { fusedcoll::detail::wire_encode(plan, src, first, sp.length, enc.data()); });
-        wg.put_signal(next, rs, bytes_of(region(s) + sp.begin, we), enc.data(), enc.size(),
-                      rs_slot + s * kMaxTiles + t, SignalOp::add, 1);
-      }
-      for (int t = w; t < nt; t += G) {
-        co_await wg.wait_until(rs_slot + s * kMaxTiles + t, Cmp::ge, rs_target[s * nt + t]);
-        const Span sp = tile_of(len[c_recv], te, t);
-        const int64_t first = off[c_recv] + sp.begin;
-        float* a = acc.data() + region(s) + sp.begin;
+        co_await wg.wait_until(rs_slot + s * mt + t, Cmp::ge, rs_target[s * nt + t]);
+        const Span sp = tile_of(len[c], te, t);
+        const int64_t first = off[c] + sp.begin;
         const std::byte* got =
             wg.read(rs, bytes_of(region(s) + sp.begin, we), bytes_of(sp.length, we));
-        const int divide =
-            s == steps - 1 && fusedcoll::detail::divides_after(args.op, args.wire) ? P : 0;
+        enc.resize(bytes_of(sp.length, we));
+        std::byte* fin = last ? wg.local(ag) + bytes_of(first, we) : enc.data();
+        const int divide = last && fusedcoll::detail::divides_after(args.op, args.wire) ? P : 0;
         const auto cost =
-            model::wire_reduce(plan.format, sp.length, !plan.scales.empty(), 1, 0, 1, false);
+            model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true, /*decode_result=*/last);
         wg.compute("reduce", {cost[0], cost[1], cost[2]}, [&] {
           fusedcoll::detail::wire_reduce(plan, args.op,
                                          {{WireSource::Kind::wire, got},
                                           {WireSource::Kind::plain, y + first}},
-                                         first, sp.length, divide, nullptr, a);
+                                         first, sp.length, divide, fin, last ? recv + first : nullptr);
         });
+        if (last)
+          wg.put_signal(next, ag, bytes_of(first, we), fin, bytes_of(sp.length, we),
+                        ag_slot + t, SignalOp::add, 1);
+        else
+          wg.put_signal(next, rs, bytes_of(region(s + 1) + sp.begin, we), fin,
+                        bytes_of(sp.length, we), rs_slot + (s + 1) * mt + t, SignalOp::add, 1);
       }
     }
-    // All-gather: step 0 encodes the finished chunk me into this rank's own slot of `ag` (no peer
-    // writes there) and forwards it; later steps forward what arrived, decoding it on the way.
-    const float* fin = acc.data() + region(steps - 1);
-    for (int g = 0; g < steps; ++g) {
+    // All-gather step g >= 1: forward chunk (me - g), received at step g - 1, decoding it on the
+    // way; then decode the chunk received at the last step.
+    for (int g = 1; g <= steps; ++g) {
       const int c = mod(me - g, P);
       for (int t = w; t < nt; t += G) {
+        co_await wg.wait_until(ag_slot + (g - 1) * mt + t, Cmp::ge, ag_target[(g - 1) * nt + t]);
         const Span sp = tile_of(len[c], te, t);
         const int64_t at = off[c] + sp.begin;
         const std::size_t bytes = bytes_of(sp.length, we);
-        const std::byte* src;
-        if (g == 0) {
-          // Encoded and decoded into recv in one pass.
-          std::byte* mine = wg.local(ag) + bytes_of(at, we);
-          const auto cost =
-              model::wire_reduce(plan.format, sp.length, !plan.scales.empty(), 0, 0, 1, true);
-          wg.compute("encode", {cost[0], cost[1], cost[2]}, [&] {
-            fusedcoll::detail::wire_reduce(plan, args.op, {{WireSource::Kind::plain, fin + sp.begin}},
-                                           at, sp.length, 0, mine, recv + at);
-          });
-          src = mine;
-        } else {
-          co_await wg.wait_until(ag_slot + (g - 1) * kMaxTiles + t, Cmp::ge,
-                                 ag_target[(g - 1) * nt + t]);
-          src = wg.read(ag, bytes_of(at, we), bytes);
-          wg.compute("decode", {dec_work(plan, sp.length)},
-                     [&] { fusedcoll::detail::wire_decode(plan, src, at, sp.length, recv + at); });
-        }
-        wg.put_signal(next, ag, bytes_of(at, we), src, bytes, ag_slot + g * kMaxTiles + t,
-                      SignalOp::add, 1);
+        const std::byte* got = wg.read(ag, bytes_of(at, we), bytes);
+        wg.compute("decode", {dec_work(plan, sp.length)},
+                   [&] { fusedcoll::detail::wire_decode(plan, got, at, sp.length, recv + at); });
+        if (g < steps)
+          wg.put_signal(next, ag, bytes_of(at, we), got, bytes, ag_slot + g * mt + t,
+                        SignalOp::add, 1);
       }
-    }
-    const int c_last = mod(me + 1, P);
-    for (int t = w; t < nt; t += G) {
-      co_await wg.wait_until(ag_slot + (steps - 1) * kMaxTiles + t, Cmp::ge,
-                             ag_target[(steps - 1) * nt + t]);
-      const Span sp = tile_of(len[c_last], te, t);
-      const int64_t at = off[c_last] + sp.begin;
-      const std::byte* got = wg.read(ag, bytes_of(at, we), bytes_of(sp.length, we));
-      wg.compute("decode", {dec_work(plan, sp.length)},
-                 [&] { fusedcoll::detail::wire_decode(plan, got, at, sp.length, recv + at); });
     }
     co_return;
   });
@@ -386,8 +370,9 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
   const std::size_t we = plan.elem();
   const ExchangeSchedule sc = exchange_schedule(rk, ex, sizeof(float), we);
   if (ex.inbox == 0) return;
-  const auto& [box, slot, sends, receives, target] = sc;
-  auto te = [](int64_t n) { return tile_elems(n, sizeof(float)); };
+  const auto& [box, tl, slot, sends, receives, target] = sc;
+  const int mt = tl.max_tiles;
+  auto te = [&](int64_t n) { return tl.elems(n, sizeof(float)); };
 
   const int grid = grid_for(rk, std::max(sends.size(), receives.size()));
   rk.launch(ex.kernel, grid, [&](WgContext& wg) -> WgTask {
@@ -409,11 +394,11 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
         });
       else
         wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, we), enc.data(), enc.size(),
-                      slot + me * kMaxTiles + t, SignalOp::add, 1);
+                      slot + me * mt + t, SignalOp::add, 1);
     }
     for (std::size_t i = w; i < receives.size(); i += G) {
       const int p = receives[i].peer, t = receives[i].tile;
-      co_await wg.wait_until(slot + p * kMaxTiles + t, Cmp::ge, target[p * kMaxTiles + t]);
+      co_await wg.wait_until(slot + p * mt + t, Cmp::ge, target[p * mt + t]);
       const int64_t n = ex.recv_len[p];
       const Span s = tile_of(n, te(n), t);
       const std::byte* got =
@@ -445,11 +430,7 @@ void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
   }
   WireReduce spec;
   spec.key = "all_reduce.direct.wire";
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(args.count, P, c);
-    spec.off.push_back(ch.offset);
-    spec.len.push_back(ch.length);
-  }
+  spec.parts = chunk_parts(args.count, P);
   spec.op = args.op;
   spec.wire = args.wire;
   spec.gather = true;
@@ -462,17 +443,13 @@ void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args) {
   const int P = rk.size();
   WireReduce spec;
   spec.key = "reduce_scatter.wire";
-  int64_t at = 0;
-  for (int64_t n : args.recv_counts) {
-    spec.off.push_back(at);
-    spec.len.push_back(n);
-    at += n;
-  }
+  spec.parts = count_parts(args.recv_counts);
+  const int64_t at = spec.parts.total;
   std::vector<float> storage;
   // In place for ReduceScatter means recv inside send: compare by overlap, not equality.
   const auto* send = static_cast<const float*>(args.send);
   const auto* recv = static_cast<const float*>(args.recv);
-  const bool overlaps = recv < send + at && send < recv + spec.len[rk.rank()];
+  const bool overlaps = recv < send + at && send < recv + spec.parts.len[rk.rank()];
   const float* y =
       fusedcoll::detail::contribution_view(args.send, overlaps, at, args.op, args.wire, P, storage);
   const WirePlan plan = agree_plan(rk, "reduce_scatter", args.wire, {{y, 0, at}},

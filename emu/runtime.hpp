@@ -176,6 +176,8 @@ class Rank {
   int size() const noexcept;
   int compute_units() const noexcept;
   int max_resident_wgs() const noexcept;
+  /// Whether the world runs in virtual time: its devices are the preset's (docs/simulation.md).
+  bool virtual_time() const noexcept;
 
   /// Collective: every rank posts `payload` under `key`; returns all ranks' payloads (index =
   /// rank). The pointers stay valid only while their ranks stay inside the current call.

@@ -94,6 +94,7 @@ Rank::Rank(World::State& world, int rank) : world_(world), rank_(rank) {
 int Rank::size() const noexcept { return world_.size; }
 int Rank::compute_units() const noexcept { return world_.compute_units; }
 int Rank::max_resident_wgs() const noexcept { return world_.max_resident; }
+bool Rank::virtual_time() const noexcept { return world_.vt != nullptr; }
 
 World::World(WorldOptions options) : state_(std::make_unique<State>(options)) {}
 World::~World() = default;

@@ -126,14 +126,15 @@ Work decode(WireFormat format, std::int64_t count, bool scaled) {
 }
 
 std::array<Work, 3> wire_reduce(WireFormat format, std::int64_t count, bool scaled, int wire,
-                                int round_trip, int plain, bool encode_result) {
+                                int round_trip, int plain, bool encode_result, bool decode_result) {
   require(wire >= 0 && round_trip >= 0 && plain >= 0 && wire + round_trip + plain > 0,
           "wire_reduce: bad source counts");
   const CodecCost c = codec_cost(format);
   const double n = d(count), w = d(static_cast<std::int64_t>(wire_size(format)));
   const double s = scaled ? 1 : 0, out = encode_result ? 1 : 0;
+  const double dec = encode_result && decode_result ? 1 : 0;
   return {Work{c.encode, n * (c.encode_ops + s) * (round_trip + out), n * (4 * round_trip + w * out)},
-          Work{c.decode, n * (c.decode_ops + s) * (wire + round_trip + out), n * (w * wire + 4 * out)},
+          Work{c.decode, n * (c.decode_ops + s) * (wire + round_trip + dec), n * (w * wire + 4 * dec)},
           Work{Kernel::reduce, n * (wire + round_trip + plain - 1), n * 4 * (plain + 1 - out)}};
 }
 

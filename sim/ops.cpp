@@ -248,7 +248,10 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     std::vector<std::int64_t> len(static_cast<std::size_t>(P));
     for (int q = 0; q < P; ++q) len[static_cast<std::size_t>(q)] = chunk_of(count, P, q).length;
     const std::int64_t max_len = *std::max_element(len.begin(), len.end());
-    const std::int64_t te = std::max<std::int64_t>(16 * 1024, (max_len + 63) / 64);
+    // Tiled as the emulator's collectives tile in virtual time (emu/collectives.hpp, Tiling).
+    const std::int64_t te = detail::collective_tile_elems(
+        max_len, 4, c.preset.device.resident_wgs_per_cu * cus(c),
+        detail::kCollectiveGpuMinTileBytes, detail::collective_max_tiles(P));
     auto ntiles = [&](std::int64_t l) { return (l + te - 1) / te; };
     std::size_t scatter = 0, collect = 0;
     for (int q = 0; q < P; ++q)

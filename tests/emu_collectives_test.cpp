@@ -231,4 +231,30 @@ TEST(EmuCollectivesSemantics, SpecialValuesFollowTheFoldOrder) {
   }
 }
 
+// In virtual time on a GPU preset a chunk is spread over the device's workgroups: here 256 tiles
+// of 4 KiB per chunk (the most a segment may have, so the slots' stride is the largest), uneven
+// last tiles, plain and compressed wires, both AllReduce algorithms, ReduceScatter and All-to-All.
+TEST(EmuCollectivesVirtual, GpuTilingMatchesRef) {
+  const int P = 4;
+  WorldOptions o;
+  o.world_size = P;
+  o.device.compute_units = 2;
+  o.clock = fusedcoll::emu::ClockKind::virtual_time;
+  o.preset = "mi250x";
+  World world(o);
+  SCOPED_TRACE(name_of(o));
+  Cases cases;
+  const std::int64_t count = 256 * 1024 * P + 7;
+  std::uint64_t seed = 1200;
+  for (AllReduceAlgo algo : kAlgos) {
+    add_all_reduce(cases, P, count, DType::f32, ReduceOp::sum, algo, false, ++seed);
+    add_all_reduce(cases, P, count, DType::f32, ReduceOp::avg, algo, algo == AllReduceAlgo::ring,
+                   ++seed, {.format = fusedcoll::WireFormat::f16});
+  }
+  ++seed;
+  add_reduce_scatter(cases, uneven(P, 2, 200000, seed), DType::f32, ReduceOp::sum, false, seed);
+  add_all_to_allv(cases, P, DType::f32, 20000, ++seed, {.format = fusedcoll::WireFormat::bf16});
+  run_cases(world, cases);
+}
+
 }  // namespace

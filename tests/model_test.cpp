@@ -95,6 +95,14 @@ TEST(Model, WorkOfEachKernel) {
   EXPECT_EQ(ring[1].flops, 11.0 * 1000);
   EXPECT_EQ(ring[1].bytes, 1000.0);
   EXPECT_EQ(ring[2].bytes, 8.0 * 1000);
+  // The same fold encoding the running value for the next rank, never decoded or stored as f32:
+  // the encode writes its wire bytes, the decode is the received row's alone.
+  const auto next = m::wire_reduce(fc::WireFormat::fp8_e4m3, 1000, true, 1, 0, 1, true, false);
+  EXPECT_EQ(next[0].flops, m::encode(fc::WireFormat::fp8_e4m3, 1000, true).flops);
+  EXPECT_EQ(next[0].bytes, 1000.0);
+  EXPECT_EQ(next[1].flops, 11.0 * 1000);
+  EXPECT_EQ(next[1].bytes, 1000.0);
+  EXPECT_EQ(next[2].bytes, 4.0 * 1000);
   EXPECT_THROW((void)m::wire_reduce(fc::WireFormat::f16, 1000, false, 0, 0, 0, true),
                fc::InvalidArgument);
   EXPECT_THROW((void)m::wire_reduce(fc::WireFormat::none, 1000, false, 1, 0, 0, true),

@@ -121,12 +121,14 @@ Work decode(WireFormat format, std::int64_t count, bool scaled = false);
 
 /// `detail::wire_reduce` over `count` elements: `wire` sources decoded, `round_trip` sources
 /// encoded and decoded, `plain` f32 sources, folded by one reduction fewer than there are
-/// sources; then, with `encode_result`, the result encoded and decoded (into wire bytes and f32
-/// output), else stored. Priced as its encode, decode and reduce steps (each with its kernel's
-/// operations and efficiency) counting only the bytes that reach memory: the sources read and the
-/// outputs written. The fused pass keeps decoded operands and the partial result in cache.
+/// sources; then, with `encode_result`, the result encoded and, with `decode_result`, decoded
+/// (into wire bytes and f32 output; encoded only: a ring's running value, which only travels),
+/// else stored. Priced as its encode, decode and reduce steps (each with its kernel's operations
+/// and efficiency) counting only the bytes that reach memory: the sources read and the outputs
+/// written. The fused pass keeps decoded operands and the partial result in cache.
 std::array<Work, 3> wire_reduce(WireFormat format, std::int64_t count, bool scaled, int wire,
-                                int round_trip, int plain, bool encode_result);
+                                int round_trip, int plain, bool encode_result,
+                                bool decode_result = true);
 
 /// A machine: the device, its links and the kernels' efficiencies.
 struct Preset {
