@@ -285,15 +285,16 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
   const int P = rk.size(), me = rk.rank(), next = (me + 1) % P, last = P - 1;
   const std::size_t we = plan.elem();
   const int64_t n = args.count;
-  const int64_t te = tile_elems(n, sizeof(float));
+  const Tiling tl = tiling_of(rk);
+  const int64_t te = tl.elems(n, sizeof(float));
   const int nt = num_tiles(n, te);
 
   // `run`: the running value from rank me - 1; `res`: the finished result (the last rank encodes
   // it into its own copy, the others receive it there from their relay predecessor).
   const SymBuffer run = rk.scratch("all_reduce.chain.wire.run", bytes_of(n, we));
   const SymBuffer res = rk.scratch("all_reduce.chain.wire.res", bytes_of(n, we));
-  const int run_slot = rk.slots("all_reduce.chain.wire.run", kMaxTiles);  // [tile]
-  const int res_slot = rk.slots("all_reduce.chain.wire.res", kMaxTiles);  // [tile]
+  const int run_slot = rk.slots("all_reduce.chain.wire.run", tl.max_tiles);  // [tile]
+  const int res_slot = rk.slots("all_reduce.chain.wire.res", tl.max_tiles);  // [tile]
   if (n == 0) return;
 
   // Rank 0 receives no running value, the last rank no result: they expect nothing there.
@@ -328,9 +329,9 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
         // Only the encoded running value is written: the fused pass's encode, and no decode of
         // it into an f32 output.
         enc.resize(bytes);
-        const auto out = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true);
-        const auto acc = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, false);
-        wg.compute("reduce", {out[0], acc[1], out[2]}, [&] {
+        const auto cost =
+            model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true, /*decode_result=*/false);
+        wg.compute("reduce", {cost[0], cost[1], cost[2]}, [&] {
           fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, 0, enc.data(),
                                          nullptr);
         });
