@@ -189,14 +189,15 @@ void run_chain(Runtime& rt, const Topology& t, std::int64_t count, const ChainFo
   const int S = static_cast<int>(t.seg_first.size());
   const int k = t.seg_of[me], first = t.seg_first[k], L = t.seg_last[k] - first + 1;
   const int my_host = t.seg_host[k], prod_host = t.seg_host[S - 1];
-  // Pieces of at most 1 MiB on the wire, and at least kMinPieces of at least 256 KiB each where
-  // the buffer allows: the way back starts only when the first piece is finished, so a buffer of
-  // a few pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at
-  // 1 Gbit/s).
+  // Pieces of at most 1 MiB, and at least kMinPieces of at least 256 KiB each where the buffer
+  // allows: the way back starts only when the first piece is finished, so a buffer of a few
+  // pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at 1 Gbit/s).
+  // Sized by the larger of the value and wire widths: compressed pieces cut by wire bytes held
+  // 4 MiB of f32 each in fp8, and the longer fill made 64 MiB at 1 Gbit/s 175 ms, not 154-164.
   constexpr std::int64_t kPieceBytes = std::int64_t{1} << 20, kMinPieceBytes = 256 << 10;
   constexpr std::int64_t kMinPieces = 16;
   constexpr int kLag = 4;
-  const auto total = static_cast<std::int64_t>(nbytes(count, we));
+  const auto total = static_cast<std::int64_t>(nbytes(count, std::max(we, ve)));
   const int K = static_cast<int>(std::min<std::int64_t>(
       count, std::max({std::int64_t{t.max_local}, ceil_div(total, kPieceBytes),
                        std::min(kMinPieces, ceil_div(total, kMinPieceBytes))})));
