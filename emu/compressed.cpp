@@ -276,13 +276,14 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
 /// Chain AllReduce with a compressed wire (P > 1): every element's running value leaves rank 0
 /// encoded; rank r = 1, ..., P - 1 decodes it, adds its own f32 value (received value on the left)
 /// and encodes the sum in one fused pass, tile by tile, so the ranks work as a pipeline; the last
-/// rank divides (avg) and encodes the finished tile once. The finished bytes are relayed
-/// P-1 -> 0 -> 1 -> ... -> P-2 unchanged: each link then carries every element twice (the running
-/// value and the result), where the last rank putting the result to every peer would load its one
-/// egress link P - 1 times. Every rank only ever puts to rank + 1 (mod P).
+/// rank divides (avg) and encodes the finished tile once. The finished bytes are relayed back,
+/// P-1 -> P-2 -> ... -> 0, unchanged: each link then carries every element at most twice (the
+/// running value forward, the result back), where the last rank putting the result to every peer
+/// would load its one egress link P - 1 times; and between two groups of consecutive ranks (two
+/// hosts) each element crosses once each way, never twice over one NIC.
 void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                            const WirePlan& plan) {
-  const int P = rk.size(), me = rk.rank(), next = (me + 1) % P, last = P - 1;
+  const int P = rk.size(), me = rk.rank(), next = me + 1, prev = me - 1, last = P - 1;
   const std::size_t we = plan.elem();
   const int64_t n = args.count;
   const Tiling tl = tiling_of(rk);
@@ -290,7 +291,7 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
   const int nt = num_tiles(n, te);
 
   // `run`: the running value from rank me - 1; `res`: the finished result (the last rank encodes
-  // it into its own copy, the others receive it there from their relay predecessor).
+  // it into its own copy, the others receive it there from rank + 1).
   const SymBuffer run = rk.scratch("all_reduce.chain.wire.run", bytes_of(n, we));
   const SymBuffer res = rk.scratch("all_reduce.chain.wire.res", bytes_of(n, we));
   const int run_slot = rk.slots("all_reduce.chain.wire.run", tl.max_tiles);  // [tile]
@@ -343,17 +344,17 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
           fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, divide, fin,
                                          recv + sp.begin);
         });
-        wg.put_signal(next, res, at, fin, bytes, res_slot + t, SignalOp::add, 1);
+        wg.put_signal(prev, res, at, fin, bytes, res_slot + t, SignalOp::add, 1);
       }
     }
     if (me == last) co_return;
-    // The relay: forward the finished bytes first (the next rank waits on them), then decode.
+    // The relay: forward the finished bytes first (rank - 1 waits on them), then decode.
     for (int t = w; t < nt; t += G) {
       co_await wg.wait_until(res_slot + t, Cmp::ge, res_target[t]);
       const Span sp = tile_of(n, te, t);
       const std::size_t at = bytes_of(sp.begin, we), bytes = bytes_of(sp.length, we);
       const std::byte* got = wg.read(res, at, bytes);
-      if (next != last) wg.put_signal(next, res, at, got, bytes, res_slot + t, SignalOp::add, 1);
+      if (me > 0) wg.put_signal(prev, res, at, got, bytes, res_slot + t, SignalOp::add, 1);
       wg.compute("decode", {dec_work(plan, sp.length)}, [&] {
         fusedcoll::detail::wire_decode(plan, got, sp.begin, sp.length, recv + sp.begin);
       });

@@ -61,8 +61,8 @@ ALL_REDUCE_GRID = [
     (1000, torch.float32, "random", "sum", "chain", None),
 ]
 
-# Compressed chain (the running value encoded at every rank): a grid of its own, run where the
-# backend has it (test_emu.py; the MPI suite once mpi/ implements it).
+# Compressed chain (the running value encoded at every rank): a grid of its own, so that a
+# backend's suite states that it runs it (test_emu.py, mpi_suite.py).
 ALL_REDUCE_CHAIN_WIRE_GRID = [
     (7, torch.float32, "random", "avg", "chain", fusedcoll.Wire("f16")),
     (1000, torch.float32, "random", "sum", "chain", fusedcoll.Wire("bf16")),

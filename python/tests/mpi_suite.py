@@ -23,6 +23,9 @@ class MpiBitExact(unittest.TestCase):
     def test_all_reduce(self):
         cases.case_all_reduce(RANK, SIZE)
 
+    def test_all_reduce_chain_wire(self):
+        cases.case_all_reduce_chain_wire(RANK, SIZE)
+
     def test_all_to_all(self):
         cases.case_all_to_all(RANK, SIZE)
 
