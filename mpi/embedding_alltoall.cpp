@@ -6,8 +6,9 @@
 //
 // Every mode runs a persistent grid of workgroups (oneTBB tasks) over the tiles, table by table
 // and within a table remote destinations first (rank+1, rank+2, ..., local last); over the p2p
-// transport destination by destination, so that each slice is complete, and leaves, while the
-// rest is computed (order_for). Workgroups poll the transport between tiles. No workgroup
+// transport destination by destination, other hosts' ranks first and block by block within a
+// destination, so that each slice is complete, and leaves, while the rest is computed
+// (order_for, destinations_for). Workgroups poll the transport between tiles. No workgroup
 // waits for another: the waits for peers come after this rank's grid has sent everything, so the
 // grid's size never decides whether the call can finish.
 //
@@ -24,7 +25,10 @@
 //   is copied (the emulator's zero-copy store).
 // - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
 //   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
-//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]. Receivers unpack the slices.
+//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]; over p2p, when the host sends
+//   more than kStreamBytes across, a slice for another host leaves in pieces of whole sample
+//   blocks as they complete, and the workgroup putting the last piece signals. Receivers unpack
+//   the slices.
 // - unfused: pool everything into L [B, T_me, D], then MPI_Ialltoallv and the permutation into
 //   table-id order.
 
@@ -41,6 +45,7 @@ namespace fusedcoll::mpi {
 namespace {
 
 using namespace fusedcoll::detail::embedding;  // Plan, Tile, kBagBlock, pool
+using fusedcoll::detail::remote_hosts_first;
 
 struct Out {
   float* data = nullptr;
@@ -48,12 +53,50 @@ struct Out {
 };
 
 /// The tile order: across hosts (p2p) a slice's wire time is comparable to the compute, so each
-/// destination's slice is finished whole, one after the other, and leaves while the rest is
-/// computed; within a host (rma) puts are cheap and table-major's locality wins (the plan).
-Plan::Order order_for(const Runtime& rt) {
-  return rt.transport() == Runtime::Transport::p2p ? Plan::Order::destination_major
-                                                   : Plan::Order::table_major;
+/// destination's slice is finished whole, one after the other, other hosts' ranks first (staggered,
+/// remote_hosts_first), and leaves in pieces while the rest is computed; within a host (rma) puts
+/// are cheap and table-major's locality wins (the plan).
+Plan::Order order_for(const Runtime& rt, Mode mode) {
+  if (rt.transport() != Runtime::Transport::p2p) return Plan::Order::table_major;
+  // Scale-out ships slices in pieces of whole sample blocks; scale-up puts rows per tile anyway
+  // and keeps a table's tiles together.
+  return mode == Mode::scale_out ? Plan::Order::destination_block_major
+                                 : Plan::Order::destination_major;
 }
+std::vector<int> destinations_for(const Runtime& rt) {
+  return rt.transport() == Runtime::Transport::p2p ? remote_hosts_first(rt.rank(), rt.host_of())
+                                                   : remote_first(rt.rank(), rt.size());
+}
+
+/// The sources in the order their slices for this rank are expected to complete: by this
+/// rank's position in each source's destination order (destinations_for on the source).
+std::vector<int> sources_for(const Runtime& rt) {
+  const int me = rt.rank(), P = rt.size();
+  std::vector<int> order = remote_first(me, P), at(static_cast<std::size_t>(P), 0);
+  for (int p = 0; p < P; ++p) {
+    const std::vector<int> theirs = rt.transport() == Runtime::Transport::p2p
+                                        ? remote_hosts_first(p, rt.host_of())
+                                        : remote_first(p, P);
+    at[static_cast<std::size_t>(p)] =
+        static_cast<int>(std::find(theirs.begin(), theirs.end(), me) - theirs.begin());
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return at[static_cast<std::size_t>(a)] < at[static_cast<std::size_t>(b)];
+  });
+  return order;
+}
+
+/// Scale-out over p2p ships its slices for other hosts in pieces of about kPieceBytes (whole
+/// blocks of kBagBlock samples x every local table, contiguous in the slice), each as soon as its
+/// tiles are pooled, when this rank's host sends more than kStreamBytes to other hosts in the
+/// call: the link starts after the first piece rather than after the first slice. Pieces stay
+/// below the TCP BTL's eager limit (64 KiB), so one needs no rendezvous with a receiver that is
+/// busy computing. Otherwise slices go whole: where the link is not the bottleneck the pieces'
+/// messages cost more CPU than the overlap gains (measured across 2 hosts at 1 Gbit/s,
+/// docs/results.md: 1 MiB per host and call was 15-20% slower in pieces, 2 MiB and more 10-25%
+/// faster). Slices within a host (shared memory) always go whole.
+constexpr std::int64_t kPieceBytes = std::int64_t{48} << 10;
+constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
 
 /// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
 void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
@@ -80,7 +123,8 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
   const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int from = rt.slots("emb.from", P);
-  const std::vector<Tile> tiles = pl.fused_tiles(order_for(rt));
+  const std::vector<Tile> tiles =
+      pl.fused_tiles(order_for(rt, Mode::scale_up), destinations_for(rt));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
@@ -121,7 +165,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
     }
   });
   const float* recv = rt.data_as<const float>(recv_at);
-  for (int p : remote_first(me, P)) {
+  for (int p : sources_for(rt)) {
     if (p == me || pl.tiles(p, me) == 0) continue;
     rt.wait(from + p, rt.expect(from + p, static_cast<std::uint64_t>(pl.tiles(p, me))),
             detail::make_string("emb.from[", p, "]: tiles from rank ", p));
@@ -146,15 +190,40 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int arrive = rt.slots("emb.arrive", P);
-  std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(P));
+  // Pieces: runs of whole sample blocks of one destination's slice; about kPieceBytes each for
+  // other hosts over p2p (destination-major order, blocks in sample order) when this host sends
+  // more than kStreamBytes across; otherwise, and under rma, the whole slice in one put.
+  const std::vector<int>& host = rt.host_of();
+  std::int64_t crossing = 0;  // bytes this rank's host sends to other hosts in this call
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < P; ++q)
+      if (host[p] == host[me] && host[q] != host[me])
+        crossing += static_cast<std::int64_t>(fbytes(pl.slice_floats(p, q)));
+  const bool stream = order_for(rt, Mode::scale_out) == Plan::Order::destination_block_major &&
+                      crossing > kStreamBytes;
+  const std::int64_t block_bytes = static_cast<std::int64_t>(fbytes(kBagBlock * tpm * D));
+  std::vector<std::int64_t> piece_rows(static_cast<std::size_t>(P));   // samples per piece
+  std::vector<std::size_t> first(static_cast<std::size_t>(P) + 1, 0);  // q's first piece
+  for (int q = 0; q < P; ++q) {
+    piece_rows[q] =
+        stream && host[q] != host[me]
+            ? std::max<std::int64_t>(1, kPieceBytes / std::max<std::int64_t>(1, block_bytes)) *
+                  kBagBlock
+            : std::max<std::int64_t>(1, pl.batch[q]);
+    first[q + 1] = first[q] + static_cast<std::size_t>(ceil_div(pl.batch[q], piece_rows[q]));
+  }
+  // Tiles pooled per piece, and pieces put per destination (the last one signals).
+  std::vector<std::atomic<std::int64_t>> done(first[P]), shipped(static_cast<std::size_t>(P));
   for (auto& d : done) d.store(0, std::memory_order_relaxed);
-  const std::vector<Tile> tiles = pl.fused_tiles(order_for(rt));
+  for (auto& d : shipped) d.store(0, std::memory_order_relaxed);
+  const std::vector<Tile> tiles =
+      pl.fused_tiles(order_for(rt, Mode::scale_out), destinations_for(rt));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
-      rt.poll();  // finished slices leave, peers' arrive, while this rank computes
+      rt.poll();  // finished pieces leave, peers' arrive, while this rank computes
       const Tile& tl = tiles[i];
       const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
       if (tl.q == me) {
@@ -165,17 +234,25 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
       }
       float* slice = stage + pl.stage_offset(tl.q);  // [B_q, T_me, D]
       pool(shards[tl.k], D, pl.pooling, b0, b1, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
+      const std::int64_t rows = piece_rows[tl.q];
+      const std::int64_t c = tl.i0 / rows;  // the piece: samples [r0, r1) of the slice
+      const std::int64_t r0 = c * rows, r1 = std::min(r0 + rows, pl.batch[tl.q]);
       // acq_rel: the last workgroup must see every other workgroup's rows before it puts them.
-      if (done[tl.q].fetch_add(1, std::memory_order_acq_rel) + 1 == pl.tiles(me, tl.q)) {
-        rt.put(tl.q, recv_at + fbytes(pl.recv_offset(me, tl.q)), slice,
-               fbytes(pl.slice_floats(me, tl.q)));
-        // The staging slice stays untouched until the call ends: the signal need not wait
-        // for the peer to take the data, and this workgroup goes back to its tiles.
-        rt.signal(tl.q, arrive + me, 1, Runtime::Sources::kept);
+      if (done[first[tl.q] + static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_acq_rel) +
+              1 ==
+          ceil_div(r1 - r0, kBagBlock) * tpm) {
+        rt.put(tl.q, recv_at + fbytes(pl.recv_offset(me, tl.q) + r0 * tpm * D),
+               slice + r0 * tpm * D, fbytes((r1 - r0) * tpm * D));
+        // After every piece's put has been issued (the puts to q then precede the signal in
+        // q's view, whatever workgroups issued them). The staging slice stays untouched until
+        // the call ends: the signal need not wait for the peer to take the data.
+        if (shipped[tl.q].fetch_add(1, std::memory_order_acq_rel) + 1 ==
+            static_cast<std::int64_t>(first[tl.q + 1] - first[tl.q]))
+          rt.signal(tl.q, arrive + me, 1, Runtime::Sources::kept);
       }
     }
   });
-  for (int p : remote_first(me, P)) {
+  for (int p : sources_for(rt)) {
     if (p == me || pl.tiles(p, me) == 0) continue;
     rt.wait(arrive + p, rt.expect(arrive + p, 1),
             detail::make_string("emb.arrive[", p, "]: slice from rank ", p));
@@ -200,15 +277,14 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
       const Tile& tl = tiles[i];
-      pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, local + (tl.i0 * tpm + tl.k) * D,
-           tpm * D);
+      pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, local + (tl.i0 * tpm + tl.k) * D, tpm * D);
     }
   });
   // MPI counts are int: this baseline refuses what MPI_Alltoallv cannot express.
   std::vector<int> sc(P), sd(P), rc(P), rd(P);
   for (int q = 0; q < P; ++q) {
-    const std::int64_t v[4] = {pl.slice_floats(me, q), pl.stage_offset(q),
-                               pl.slice_floats(q, me), pl.recv_offset(q, me)};
+    const std::int64_t v[4] = {pl.slice_floats(me, q), pl.stage_offset(q), pl.slice_floats(q, me),
+                               pl.recv_offset(q, me)};
     for (std::int64_t x : v)
       if (x > INT32_MAX)
         throw UnsupportedError(
@@ -231,9 +307,8 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
 void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode) {
   // Scale-up puts rows straight into a destination's output when that is a SymmetricBuffer.
   std::vector<Landing> land;
-  enter(rt, "embedding_alltoall", mode, args, &land, [&] {
-    return mode == Mode::scale_up ? output_region(args.output) : Region{};
-  });
+  enter(rt, "embedding_alltoall", mode, args, &land,
+        [&] { return mode == Mode::scale_up ? output_region(args.output) : Region{}; });
   const Plan pl(args, rt.rank(), rt.size());
   const Out mine{static_cast<float*>(args.output.data()), args.output.stride(0),
                  args.output.stride(1)};

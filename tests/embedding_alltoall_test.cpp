@@ -485,34 +485,112 @@ TEST(EmbeddingPlan, DestinationMajorCompletesOneSliceAfterAnother) {
       const emb::Plan pl(world[static_cast<std::size_t>(me)].args(), me, P);
       auto key = [](const emb::Tile& t) { return std::tuple(t.q, t.k, t.i0, t.i1); };
       auto table = pl.fused_tiles(emb::Plan::Order::table_major);
-      auto dest = pl.fused_tiles(emb::Plan::Order::destination_major);
-      ASSERT_EQ(table.size(), dest.size());
-      std::vector<std::tuple<int, int, std::int64_t, std::int64_t>> a, b;
-      for (const auto& t : table) a.push_back(key(t));
-      for (const auto& t : dest) b.push_back(key(t));
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
-      EXPECT_EQ(a, b) << "P " << P << " rank " << me;
-      // Destinations appear in remote_first order, each one's tiles in one run.
-      std::vector<int> seen;
-      std::int64_t run = 0;
-      for (std::size_t i = 0; i < dest.size(); ++i) {
-        if (seen.empty() || seen.back() != dest[i].q) {
-          if (!seen.empty()) {
-            EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+      for (auto order :
+           {emb::Plan::Order::destination_major, emb::Plan::Order::destination_block_major}) {
+        const bool blocks = order == emb::Plan::Order::destination_block_major;
+        auto dest = pl.fused_tiles(order);
+        ASSERT_EQ(table.size(), dest.size());
+        std::vector<std::tuple<int, int, std::int64_t, std::int64_t>> a, b;
+        for (const auto& t : table) a.push_back(key(t));
+        for (const auto& t : dest) b.push_back(key(t));
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << "P " << P << " rank " << me;
+        // Destinations appear in remote_first order, each one's tiles in one run.
+        std::vector<int> seen;
+        std::int64_t run = 0;
+        for (std::size_t i = 0; i < dest.size(); ++i) {
+          if (seen.empty() || seen.back() != dest[i].q) {
+            if (!seen.empty()) {
+              EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+            }
+            seen.push_back(dest[i].q);
+            run = 0;
           }
-          seen.push_back(dest[i].q);
-          run = 0;
+          ++run;
         }
-        ++run;
+        if (!seen.empty()) {
+          EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+        }
+        // Within a destination, table by table (destination_major), or block by block: every
+        // local table of samples [i0, i1) (a contiguous run of the slice, shipped as a piece over
+        // p2p) before the next block (destination_block_major).
+        for (std::size_t i = 1; i < dest.size(); ++i) {
+          if (dest[i].q != dest[i - 1].q) continue;
+          if (!blocks) {
+            const bool same_table = dest[i].k == dest[i - 1].k && dest[i].i0 == dest[i - 1].i1;
+            const bool next_table = dest[i].k == dest[i - 1].k + 1 && dest[i].i0 == 0;
+            EXPECT_TRUE(same_table || next_table) << "P " << P << " rank " << me << " tile " << i;
+            continue;
+          }
+          const bool same_block = dest[i].i0 == dest[i - 1].i0 && dest[i].k == dest[i - 1].k + 1;
+          const bool next_block = dest[i].i0 == dest[i - 1].i1 && dest[i].k == 0 &&
+                                  dest[i - 1].k + 1 == static_cast<int>(pl.tp[me]);
+          EXPECT_TRUE(same_block || next_block)
+              << "P " << P << " rank " << me << " tile " << i << ": q " << dest[i].q << " k "
+              << dest[i].k << " i0 " << dest[i].i0 << " after k " << dest[i - 1].k << " i0 "
+              << dest[i - 1].i0;
+        }
+        std::vector<int> expect;
+        for (int q : fusedcoll::detail::remote_first(me, P))
+          if (pl.tiles(me, q) > 0) expect.push_back(q);
+        EXPECT_EQ(seen, expect) << "P " << P << " rank " << me;
       }
-      if (!seen.empty()) {
-        EXPECT_EQ(run, pl.tiles(me, seen.back())) << "P " << P;
+    }
+  }
+}
+
+// The destination order across hosts (detail/schedule.hpp): other hosts' ranks first, this
+// host's next, the local rank last; a host's ranks start at distinct remote ranks.
+TEST(EmbeddingPlan, RemoteHostsFirstStaggersTheRanksOfAHost) {
+  using fusedcoll::detail::remote_first;
+  using fusedcoll::detail::remote_hosts_first;
+  // One host: remote_first.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(remote_hosts_first(r, {0, 0, 0, 0}), remote_first(r, 4));
+  // 2 hosts x 2 ranks, in blocks and interleaved (mpiexec --map-by node).
+  EXPECT_EQ(remote_hosts_first(0, {0, 0, 1, 1}), (std::vector<int>{2, 3, 1, 0}));
+  EXPECT_EQ(remote_hosts_first(1, {0, 0, 1, 1}), (std::vector<int>{3, 2, 0, 1}));
+  EXPECT_EQ(remote_hosts_first(2, {0, 0, 1, 1}), (std::vector<int>{0, 1, 3, 2}));
+  EXPECT_EQ(remote_hosts_first(3, {0, 0, 1, 1}), (std::vector<int>{1, 0, 2, 3}));
+  EXPECT_EQ(remote_hosts_first(0, {0, 1, 0, 1}), (std::vector<int>{1, 3, 2, 0}));
+  EXPECT_EQ(remote_hosts_first(2, {0, 1, 0, 1}), (std::vector<int>{3, 1, 0, 2}));
+  // Any layout: a permutation, other hosts before this one, the rank itself last; with hosts of
+  // equal size, at every step the senders of one host address distinct ranks.
+  const std::vector<std::vector<int>> layouts = {
+      {0, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}, {0, 0, 1}, {0, 1, 1, 1}};
+  for (const auto& hosts : layouts) {
+    const int P = static_cast<int>(hosts.size());
+    std::vector<std::vector<int>> orders;
+    for (int r = 0; r < P; ++r) {
+      auto o = remote_hosts_first(r, hosts);
+      ASSERT_EQ(static_cast<int>(o.size()), P);
+      EXPECT_EQ(o.back(), r);
+      auto sorted = o;
+      std::sort(sorted.begin(), sorted.end());
+      for (int q = 0; q < P; ++q) EXPECT_EQ(sorted[q], q);
+      bool local = false;
+      for (int q : o) {
+        if (hosts[q] == hosts[r]) {
+          local = true;
+        } else {
+          EXPECT_FALSE(local) << "rank " << r << ": remote rank " << q << " after a local one";
+        }
       }
-      std::vector<int> expect;
-      for (int q : fusedcoll::detail::remote_first(me, P))
-        if (pl.tiles(me, q) > 0) expect.push_back(q);
-      EXPECT_EQ(seen, expect) << "P " << P << " rank " << me;
+      orders.push_back(o);
+    }
+    const int H = *std::max_element(hosts.begin(), hosts.end()) + 1;
+    bool equal = true;
+    for (int h = 0; h < H; ++h) equal = equal && std::count(hosts.begin(), hosts.end(), h) * H == P;
+    if (!equal) continue;
+    for (int step = 0; step < P; ++step) {
+      for (int a = 0; a < P; ++a) {
+        for (int b = a + 1; b < P; ++b) {
+          if (hosts[a] != hosts[b] || hosts[orders[a][step]] == hosts[a]) continue;
+          EXPECT_NE(orders[a][step], orders[b][step])
+              << "ranks " << a << " and " << b << " both address " << orders[a][step]
+              << " at step " << step;
+        }
+      }
     }
   }
 }

@@ -89,6 +89,19 @@ TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
   every_mode(pb, on_world());
 }
 
+TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
+  // Over p2p scale-out ships slices of 1 MiB or more in pieces of whole 16-sample blocks as they
+  // complete (mpi/embedding_alltoall.cpp): batches of 530-777 samples make slices of 1.0-1.5 MiB
+  // (8 local tables, D = 64) whose last piece is short, beside a 100-sample destination whose
+  // slice goes whole.
+  EmbeddingProblem pb = EmbeddingProblem::dlrm(world_size());
+  const std::int64_t batches[] = {600, 530, 100, 777};
+  for (int q = 0; q < world_size(); ++q) pb.batch_sizes[static_cast<std::size_t>(q)] = batches[q % 4];
+  pb.table_rows.assign(pb.table_rows.size(), 500);
+  pb.max_bag = 4;
+  every_mode(pb, on_world());
+}
+
 TEST(MpiEmbeddingAllToAll, PaddedOutputViews) {
   every_mode(emb_problem(world_size(), 1, 55), [](const auto& pb, Mode mode) {
     run_case(fctest::world(), pb, mode, Layout::padded);
