@@ -60,6 +60,16 @@ void BM_Decode(benchmark::State& state, WireFormat f, bool scaled) {
   state.SetBytesProcessed(state.iterations() * kElems * 4);
 }
 
+/// The fp8 wire's amax scan (max |x|, NaN-propagating) over the same buffer: bytes read per second.
+void BM_Amax(benchmark::State& state) {
+  const std::vector<float> x = gradients();
+  for (auto _ : state) {
+    std::vector<float> m = fusedcoll::block_amax(x, 0);
+    benchmark::DoNotOptimize(m.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kElems * 4);
+}
+
 /// The copy the codecs compete with: memcpy of the same f32 buffer.
 void BM_Memcpy(benchmark::State& state) {
   const std::vector<float> x = gradients();
@@ -87,6 +97,7 @@ int register_all() {
     benchmark::RegisterBenchmark(("encode_scaled/" + std::string(name)).c_str(), BM_Encode, f, true);
     benchmark::RegisterBenchmark(("decode_scaled/" + std::string(name)).c_str(), BM_Decode, f, true);
   }
+  benchmark::RegisterBenchmark("amax/f32", BM_Amax);
   benchmark::RegisterBenchmark("memcpy/f32", BM_Memcpy);
   return 0;
 }

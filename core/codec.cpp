@@ -17,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "fusedcoll/compression.hpp"
+#include "fusedcoll/detail/wire.hpp"
 #include "fusedcoll/env.hpp"
 
 #if defined(__FAST_MATH__)
@@ -374,10 +376,45 @@ FC_INLINE void decode_job(const Job& j) {
 }
 
 using JobFn = void (*)(const Job&);
+using AmaxFn = float (*)(const float*, int64_t);
 struct CodecTable {
   JobFn encode[4];
   JobFn decode[4];
+  AmaxFn amax;
 };
+
+// max |x[i]| as the integer max of the magnitudes' bits: for non-negative floats the integer order
+// is the numeric order, and every NaN's bits exceed inf's, so the result is NaN exactly when an
+// element is; -0 counts as 0. Four accumulators, so the loop is bound by loads, not by latency.
+template <class Isa>
+FC_INLINE float abs_max_loop(const float* x, int64_t n) {
+  using I = typename Isa::I;
+  constexpr int L = Isa::kLanes;
+  I m0{}, m1{}, m2{}, m3{};
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    I v0, v1, v2, v3;
+    __builtin_memcpy(&v0, x + i, sizeof(v0));
+    __builtin_memcpy(&v1, x + i + L, sizeof(v1));
+    __builtin_memcpy(&v2, x + i + 2 * L, sizeof(v2));
+    __builtin_memcpy(&v3, x + i + 3 * L, sizeof(v3));
+    v0 &= 0x7FFFFFFF;
+    v1 &= 0x7FFFFFFF;
+    v2 &= 0x7FFFFFFF;
+    v3 &= 0x7FFFFFFF;
+    m0 = v0 > m0 ? v0 : m0;
+    m1 = v1 > m1 ? v1 : m1;
+    m2 = v2 > m2 ? v2 : m2;
+    m3 = v3 > m3 ? v3 : m3;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  m2 = m3 > m2 ? m3 : m2;
+  m0 = m2 > m0 ? m2 : m0;
+  std::int32_t m = 0;
+  for (int k = 0; k < L; ++k) m = std::max(m, std::int32_t(m0[k]));
+  for (; i < n; ++i) m = std::max(m, std::bit_cast<std::int32_t>(x[i]) & 0x7FFFFFFF);
+  return m > 0x7F800000 ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(m);
+}
 
 #define FC_CODEC_ENTRIES(Isa, attr)                                                          \
   attr void enc_f16_##Isa(const Job& j) { encode_job<Isa, kF16>(j); }                        \
@@ -388,9 +425,11 @@ struct CodecTable {
   attr void dec_bf16_##Isa(const Job& j) { decode_job<Isa, kBf16>(j); }                      \
   attr void dec_e4m3_##Isa(const Job& j) { decode_job<Isa, kE4m3>(j); }                      \
   attr void dec_e5m2_##Isa(const Job& j) { decode_job<Isa, kE5m2>(j); }                      \
+  attr float amax_##Isa(const float* x, int64_t n) { return abs_max_loop<Isa>(x, n); }       \
   constexpr CodecTable kTable_##Isa = {                                                      \
       {&enc_f16_##Isa, &enc_bf16_##Isa, &enc_e4m3_##Isa, &enc_e5m2_##Isa},                   \
-      {&dec_f16_##Isa, &dec_bf16_##Isa, &dec_e4m3_##Isa, &dec_e5m2_##Isa}};
+      {&dec_f16_##Isa, &dec_bf16_##Isa, &dec_e4m3_##Isa, &dec_e5m2_##Isa},                   \
+      &amax_##Isa};
 
 FC_CODEC_ENTRIES(IsaBase, )
 #if FC_CODEC_X86
@@ -563,12 +602,180 @@ __attribute__((target("avx512f,avx512vl,avx512bw"))) void dec_fp8_avx512(const J
     out[i] = j.scaled ? unscaled(decode_one<K>(in[i]), j.scale, j.inv) : decode_one<K>(in[i]);
 }
 
+// FP8 encode with one float addition per element. With e the exponent of max(|x|, the format's
+// smallest normal) and C(e) = 2^(e + 23 - kM) * (1 + mc / 2^23), mc = (e + bias - 1) << kM, the
+// ulp of C(e) is the format's ulp at e (its subnormal step below the normals), and |x| < 2^(e+1)
+// keeps C + |x| in C's binade. So fl(C + |x|) = C + RNE(|x| / ulp) * ulp, ties going to the even
+// sum mantissa, which is the even quotient since mc is even: the sum's mantissa is mc + RNE(q),
+// which is the code (exponent field (e + bias - 1) << kM plus the significand, whose leading bit,
+// or a carry out of the rounding, adds the last exponent step; below the normals mc is 0 and q is
+// the subnormal code). The low byte of the sum's bits is the code: the same rounding as
+// encode_scalar's integer path and its subnormal add, for every finite |x| up to the clamp.
+// |x| is clamped first: saturate to the largest finite value; ieee to the value that rounds to the
+// overflow code (E4M3 480 -> S.1111.111; E5M2 61440, a tie that rounds up to inf). NaNs, and inf
+// when saturating E5M2 (which keeps infinities), are patched in afterwards; the sign comes last.
+// C(e) is a table lookup (vpermd / vpermt2d) on AVX-512, and three integer operations on AVX2.
+template <class Fmt>
+struct Fp8Round {
+  static constexpr int kShift = 23 - Fmt::kM;
+  static constexpr uint32_t kSatClamp = Fmt::kBias == 7 ? 0x43E00000u : 0x47600000u;   // 448, 57344
+  static constexpr uint32_t kIeeeClamp = Fmt::kBias == 7 ? 0x43F00000u : 0x47700000u;  // 480, 61440
+  // C(e) from the exponent field E of max(|x|, smallest normal): E + (E >> kShift) + kAdd.
+  static constexpr uint32_t kAdd = (uint32_t(kShift) << 23) - (uint32_t(128 - Fmt::kBias) << Fmt::kM);
+  static constexpr uint32_t c_of(uint32_t biased) {
+    return (biased << 23) + (biased << Fmt::kM) + kAdd;
+  }
+  // C(e) indexed by the low bits of the biased exponent: E4M3's 15 exponents (121 .. 135) fit 16
+  // entries, E5M2's 30 (113 .. 142) fit 32.
+  static constexpr int kEntries = Fmt::kBias == 7 ? 16 : 32;
+  struct Table {
+    alignas(64) uint32_t c[32];
+  };
+  static constexpr Table table() {
+    Table t{};
+    const uint32_t lo = Fmt::kMinNormal >> 23, hi = kIeeeClamp >> 23;
+    for (uint32_t b = lo; b <= hi; ++b) t.c[b % kEntries] = c_of(b);
+    return t;
+  }
+};
+
+template <class Fmt>
+constexpr typename Fp8Round<Fmt>::Table kFp8Table = Fp8Round<Fmt>::table();
+
+// The maskz forms dodge GCC 12's false -Wmaybe-uninitialized on the unmasked ones (as above).
+template <class Fmt, bool kSat, bool kScaled>
+__attribute__((target("avx512f,avx512vl,avx512bw"))) FC_INLINE void fp8_codes_avx512(
+    const float* in, const __m512& scale, const __m512i& tlo, const __m512i& thi, __m512i& out) {
+  using R = Fp8Round<Fmt>;
+  __m512 x = _mm512_loadu_ps(in);
+  if constexpr (kScaled) x = _mm512_mul_ps(x, scale);
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i ac = _mm512_maskz_min_epi32(0xFFFF, a, _mm512_set1_epi32(int(kSat ? R::kSatClamp : R::kIeeeClamp)));
+  const __m512i idx = _mm512_maskz_srli_epi32(0xFFFF, _mm512_maskz_max_epi32(0xFFFF, ac, _mm512_set1_epi32(int(Fmt::kMinNormal))), 23);
+  __m512i c;
+  if constexpr (R::kEntries == 16) c = _mm512_maskz_permutexvar_epi32(0xFFFF, idx, tlo);
+  else c = _mm512_permutex2var_epi32(tlo, idx, thi);
+  __m512i code = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(ac), _mm512_castsi512_ps(c)));
+  const __m512i inf = _mm512_set1_epi32(0x7F800000);
+  if constexpr (std::is_same_v<Fmt, E4M3>) {
+    // ieee: NaN and inf were clamped to 480, the NaN code already; saturate: 0x7E + 1.
+    if constexpr (kSat)
+      code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(a, inf), code, _mm512_set1_epi32(1));
+  } else {
+    // NaN: 0x7E | the top payload bit, which is (|x| >> 21) | 2 in the low 7 bits; saturated inf:
+    // (|x| >> 21) is 0x7C there. (ieee inf was clamped to 61440, which gives 0x7C.)
+    const __m512i t = _mm512_maskz_srli_epi32(0xFFFF, a, 21);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(a, inf);
+    if constexpr (kSat)
+      code = _mm512_mask_mov_epi32(code, _mm512_cmpeq_epi32_mask(a, inf), t);
+    code = _mm512_mask_or_epi32(code, nan, t, _mm512_set1_epi32(2));
+  }
+  // (code & 0x7F) | (sign << 7), the other bits 0: a bitwise select by 0x7F.
+  out = _mm512_ternarylogic_epi32(code, _mm512_maskz_srli_epi32(0xFFFF, u, 24), _mm512_set1_epi32(0x7F), 0xE4);
+}
+
+template <int K, bool kSat, bool kScaled>
+__attribute__((target("avx512f,avx512vl,avx512bw"))) void enc_fp8_avx512_loop(const Job& j) {
+  using Fmt = std::conditional_t<K == kE4m3, E4M3, E5M2>;
+  const auto* in = static_cast<const float*>(j.in);
+  auto* out = static_cast<uint8_t*>(j.out);
+  const __m512 scale = _mm512_set1_ps(j.scale);
+  const __m512i tlo = _mm512_load_si512(kFp8Table<Fmt>.c);
+  const __m512i thi = _mm512_load_si512(kFp8Table<Fmt>.c + 16);
+  // packus narrows within 128-bit lanes: lane L holds elements 4L..4L+3 of c0, c1, c2, c3.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const int64_t n = j.n;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i c0, c1, c2, c3;
+    fp8_codes_avx512<Fmt, kSat, kScaled>(in + i, scale, tlo, thi, c0);
+    fp8_codes_avx512<Fmt, kSat, kScaled>(in + i + 16, scale, tlo, thi, c1);
+    fp8_codes_avx512<Fmt, kSat, kScaled>(in + i + 32, scale, tlo, thi, c2);
+    fp8_codes_avx512<Fmt, kSat, kScaled>(in + i + 48, scale, tlo, thi, c3);
+    const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+    _mm512_storeu_si512(out + i, _mm512_maskz_permutexvar_epi32(0xFFFF, order, b));
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m512i c;
+    fp8_codes_avx512<Fmt, kSat, kScaled>(in + i, scale, tlo, thi, c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_maskz_cvtepi32_epi8(0xFFFF, c));
+  }
+  for (; i < n; ++i)
+    out[i] = static_cast<uint8_t>(encode_scalar<Fmt>(kScaled ? in[i] * j.scale : in[i], kSat));
+}
+
+template <class Fmt, bool kSat, bool kScaled>
+__attribute__((target("avx2,f16c"))) FC_INLINE void fp8_codes_avx2(const float* in,
+                                                                  const __m256& scale,
+                                                                  __m256i& out, __m256i& u) {
+  using R = Fp8Round<Fmt>;
+  __m256 x = _mm256_loadu_ps(in);
+  if constexpr (kScaled) x = _mm256_mul_ps(x, scale);
+  u = _mm256_castps_si256(x);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i ac = _mm256_min_epi32(a, _mm256_set1_epi32(int(kSat ? R::kSatClamp : R::kIeeeClamp)));
+  const __m256i e = _mm256_and_si256(_mm256_max_epi32(ac, _mm256_set1_epi32(int(Fmt::kMinNormal))),
+                                     _mm256_set1_epi32(0x7F800000));
+  const __m256i c = _mm256_add_epi32(_mm256_add_epi32(e, _mm256_srli_epi32(e, R::kShift)),
+                                     _mm256_set1_epi32(int(R::kAdd)));
+  __m256i code = _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(ac), _mm256_castsi256_ps(c)));
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  if constexpr (std::is_same_v<Fmt, E4M3>) {
+    if constexpr (kSat) code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(a, inf));  // 0x7E + 1
+  } else {
+    const __m256i nan = _mm256_cmpgt_epi32(a, inf);
+    const __m256i t = _mm256_or_si256(_mm256_srli_epi32(a, 21), _mm256_and_si256(nan, _mm256_set1_epi32(2)));
+    code = _mm256_blendv_epi8(code, t, kSat ? _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F7FFFFF)) : nan);
+  }
+  out = _mm256_and_si256(code, _mm256_set1_epi32(0x7F));
+}
+
+template <int K, bool kSat, bool kScaled>
+__attribute__((target("avx2,f16c"))) void enc_fp8_avx2_loop(const Job& j) {
+  using Fmt = std::conditional_t<K == kE4m3, E4M3, E5M2>;
+  const auto* in = static_cast<const float*>(j.in);
+  auto* out = static_cast<uint8_t*>(j.out);
+  const __m256 scale = _mm256_set1_ps(j.scale);
+  // The packs narrow within 128-bit lanes: lane L holds elements 4L..4L+3 of c0, c1, c2, c3.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const int64_t n = j.n;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i c0, c1, c2, c3, u0, u1, u2, u3;
+    fp8_codes_avx2<Fmt, kSat, kScaled>(in + i, scale, c0, u0);
+    fp8_codes_avx2<Fmt, kSat, kScaled>(in + i + 8, scale, c1, u1);
+    fp8_codes_avx2<Fmt, kSat, kScaled>(in + i + 16, scale, c2, u2);
+    fp8_codes_avx2<Fmt, kSat, kScaled>(in + i + 24, scale, c3, u3);
+    const __m256i codes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+    // Signed saturation keeps each element's sign in its byte's top bit.
+    const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(u0, u1), _mm256_packs_epi32(u2, u3));
+    const __m256i b = _mm256_or_si256(codes, _mm256_and_si256(signs, _mm256_set1_epi8(INT8_MIN)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(b, order));
+  }
+  for (; i < n; ++i)
+    out[i] = static_cast<uint8_t>(encode_scalar<Fmt>(kScaled ? in[i] * j.scale : in[i], kSat));
+}
+
+// The run-time flags as template arguments, so that each loop carries only its own special cases.
+#define FC_FP8_ENCODE(name, loop)                                                     \
+  template <int K>                                                                    \
+  void name(const Job& j) {                                                           \
+    if (j.saturate) j.scaled ? loop<K, true, true>(j) : loop<K, true, false>(j);      \
+    else j.scaled ? loop<K, false, true>(j) : loop<K, false, false>(j);               \
+  }
+FC_FP8_ENCODE(enc_fp8_avx512, enc_fp8_avx512_loop)
+FC_FP8_ENCODE(enc_fp8_avx2, enc_fp8_avx2_loop)
+#undef FC_FP8_ENCODE
+
 constexpr CodecTable kTable_F16c = {
-    {&enc_f16_f16c, &enc_bf16_IsaAvx2, &enc_e4m3_IsaAvx2, &enc_e5m2_IsaAvx2},
-    {&dec_f16_f16c, &dec_bf16_IsaAvx2, &dec_fp8_f16c<kE4m3>, &dec_fp8_f16c<kE5m2>}};
+    {&enc_f16_f16c, &enc_bf16_IsaAvx2, &enc_fp8_avx2<kE4m3>, &enc_fp8_avx2<kE5m2>},
+    {&dec_f16_f16c, &dec_bf16_IsaAvx2, &dec_fp8_f16c<kE4m3>, &dec_fp8_f16c<kE5m2>},
+    &amax_IsaAvx2};
 constexpr CodecTable kTable_Avx512 = {
-    {&enc_f16_avx512, &enc_bf16_IsaAvx512, &enc_e4m3_IsaAvx512, &enc_e5m2_IsaAvx512},
-    {&dec_f16_avx512, &dec_bf16_IsaAvx512, &dec_fp8_avx512<kE4m3>, &dec_fp8_avx512<kE5m2>}};
+    {&enc_f16_avx512, &enc_bf16_IsaAvx512, &enc_fp8_avx512<kE4m3>, &enc_fp8_avx512<kE5m2>},
+    {&dec_f16_avx512, &dec_bf16_IsaAvx512, &dec_fp8_avx512<kE4m3>, &dec_fp8_avx512<kE5m2>},
+    &amax_IsaAvx512};
 #endif
 
 // Same choice and cap as the tile kernels (FUSEDCOLL_KERNEL_ISA), plus F16C for the AVX2 set and
@@ -663,6 +870,15 @@ std::size_t wire_size(WireFormat f) {
   }
   throw InvalidArgument(detail::make_string("unknown wire format value ", static_cast<int>(f)));
 }
+
+namespace detail {
+float abs_max(const float* x, std::int64_t n) {
+  FC_ENFORCE_GE(n, 0, "abs_max: negative element count");
+  if (n == 0) return 0.0f;
+  FC_ENFORCE(x != nullptr, "abs_max: null buffer with ", n, " elements");
+  return codecs().amax(x, n);
+}
+}  // namespace detail
 
 float wire_max(WireFormat f) {
   switch (f) {

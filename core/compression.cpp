@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
 
 #include "fusedcoll/compression.hpp"
@@ -177,29 +176,6 @@ float nan_max(float a, float b) {
   return b > a ? b : a;
 }
 
-/// max |x[i]| over n values, NaN if any is NaN. Kept in 16 independent lanes with the NaN test
-/// apart, so that the compiler vectorises it: the amax scan reads every byte a compressed
-/// collective sends, and a scalar NaN-aware chain ran at a quarter of memory speed.
-float abs_max(const float* x, std::int64_t n) {
-  constexpr int kLanes = 16;
-  float lane[kLanes] = {};
-  int nan = 0;
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      const float a = std::fabs(x[i + k]);
-      nan |= a != a;
-      lane[k] = a > lane[k] ? a : lane[k];
-    }
-  float m = 0;
-  for (; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    nan |= a != a;
-    m = a > m ? a : m;
-  }
-  for (const float v : lane) m = v > m ? v : m;
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
-}
 }  // namespace
 
 void accumulate_amax(const CompressionOptions& opts, std::vector<float>& table, const float* x,

@@ -118,14 +118,19 @@ TEST_P(EveryFormat, BatchEncodeEqualsScalarBitwise) {
           << f.name << " " << to_string(o) << " x = " << hex(p[i]) << " at " << i;
     }
   }
-  // Scaled: encode(x * s), the product rounded to f32 first; a non-power-of-two scale.
-  const float s = 0.3f;
+  // Scaled: encode(x * s), the product rounded to f32 first; a non-power-of-two scale in both
+  // overflow modes, and a power of two (what pow2_scale gives), which moves values across the
+  // format's overflow and subnormal boundaries without rounding the product.
   const std::int64_t n = 1'000'003;
-  fusedcoll::encode_scaled(f.wire, in.data() + 1, out.data() + elem, n, s, Overflow::saturate);
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint32_t got = 0;
-    std::memcpy(&got, &out[(i + 1) * elem], elem);
-    ASSERT_EQ(got, fctest::lib_encode(f, in[i + 1] * s, Overflow::saturate)) << f.name << " " << i;
+  for (const auto& [s, o] : {std::pair{0.3f, Overflow::saturate}, std::pair{0.3f, Overflow::ieee},
+                             std::pair{64.0f, Overflow::saturate}}) {
+    fusedcoll::encode_scaled(f.wire, in.data() + 1, out.data() + elem, n, s, o);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint32_t got = 0;
+      std::memcpy(&got, &out[(i + 1) * elem], elem);
+      ASSERT_EQ(got, fctest::lib_encode(f, in[i + 1] * s, o))
+          << f.name << " " << to_string(o) << " scale " << s << " at " << i;
+    }
   }
 }
 
@@ -314,6 +319,57 @@ TEST(Scaling, BlockAmax) {
   const auto t = fusedcoll::block_amax(y, 4);
   EXPECT_EQ(t[0], 7);
   EXPECT_TRUE(std::isnan(t[1]));
+}
+
+// The amax scan's vector paths (every lane, the unrolled body and the tail) against a plain loop:
+// the exact maximum magnitude, or NaN when any element is NaN; infinities, -0 and subnormals.
+TEST(Scaling, BlockAmaxEqualsAPlainLoop) {
+  const auto& p = patterns();
+  auto plain = [](const float* x, std::int64_t n) {
+    float m = 0;
+    bool nan = false;
+    for (std::int64_t i = 0; i < n; ++i) {
+      nan |= std::isnan(x[i]);
+      m = std::max(m, std::fabs(x[i]));
+    }
+    return nan ? NAN : m;
+  };
+  std::vector<float> finite;
+  for (std::uint32_t u : p)
+    if (!std::isnan(from_bits(u))) finite.push_back(from_bits(u));
+  std::uint64_t state = 7;
+  for (int trial = 0; trial < 2000; ++trial) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const std::int64_t n = static_cast<std::int64_t>((state >> 33) % 300);
+    const std::int64_t at = static_cast<std::int64_t>((state >> 13) % (finite.size() - 300));
+    std::vector<float> x(finite.begin() + at, finite.begin() + at + n);
+    // Small values only, so that the maximum is not always an infinity.
+    const int shift = static_cast<int>((state >> 40) % 64) - 40;
+    for (float& v : x) {
+      int e = 0;
+      v = std::ldexp(std::frexp(v, &e), shift);
+    }
+    if (n > 0) x[static_cast<std::size_t>((state >> 20) % static_cast<std::uint64_t>(n))] = -0.0f;
+    const auto t = fusedcoll::block_amax(x, 0);
+    ASSERT_EQ(t.size(), n > 0 ? 1u : 0u);
+    if (n > 0) {
+      ASSERT_EQ(bits(t[0]), bits(plain(x.data(), n))) << "n " << n << " trial " << trial;
+    }
+  }
+  // A NaN or an infinity in every position of a buffer longer than the widest unrolled body.
+  std::vector<float> x(200);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = from_bits(0x00000001u + std::uint32_t(i) * 0x00800001u) * (i % 2 ? -1.0f : 1.0f);
+  const float base = plain(x.data(), std::ssize(x));
+  EXPECT_EQ(bits(fusedcoll::block_amax(x, 0)[0]), bits(base));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::vector<float> y = x;
+    y[i] = from_bits(0xFF800001u);  // a negative signalling NaN
+    EXPECT_TRUE(std::isnan(fusedcoll::block_amax(y, 0)[0])) << i;
+    y[i] = -INFINITY;
+    EXPECT_EQ(fusedcoll::block_amax(y, 0)[0], INFINITY) << i;
+    EXPECT_EQ(fusedcoll::block_amax(y, 16)[i / 16], INFINITY) << i;
+  }
 }
 
 // --- The Compression object ----------------------------------------------------------------------

@@ -31,6 +31,10 @@ std::vector<float> empty_amax(const CompressionOptions& opts);
 void accumulate_amax(const CompressionOptions& opts, std::vector<float>& table, const float* x,
                      std::int64_t first, std::int64_t n);
 
+/// max |x[i]| over `x[0 .. n)`, a quiet NaN if any element is NaN (0 for n = 0): the amax scan,
+/// on the widest instruction set of the codecs (core/codec.cpp).
+float abs_max(const float* x, std::int64_t n);
+
 /// `into[k] = max(into[k], other[k])`, NaN-propagating, growing `into` to `other`'s size: the
 /// reduction of the amax max-AllReduce.
 void combine_amax(std::vector<float>& into, const std::vector<float>& other);
