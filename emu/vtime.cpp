@@ -168,13 +168,7 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   resumed[rank] = 0;
   clock[rank] = k.vt_end;
   if (world.tracing) {
-    TraceEvent ev;
-    ev.name = k.name;
-    ev.category = "kernel";
-    ev.pid = rank;
-    ev.tid = kKernelTrack;
-    ev.ts_us = start * 1e6;
-    ev.dur_us = (k.vt_end - start) * 1e6;
+    TraceEvent ev{k.name, "kernel", rank, kKernelTrack, start * 1e6, (k.vt_end - start) * 1e6};
     lock.unlock();
     world.record(std::move(ev));
   }
@@ -210,14 +204,8 @@ void VirtualTime::compute(WgState& wg, const char* what, double seconds, double 
   const double start = devices[rank].cus[wg.vcu].book(wg.vclock, seconds);
   wg.vclock = start + seconds;
   if (world.tracing && seconds > 0) {
-    TraceEvent e;
-    e.name = fusedcoll::detail::make_string(wg.kernel->name, " ", what, " ", wg.id);
-    e.category = what;
-    e.pid = rank;
-    e.tid = wg.vcu;
-    e.ts_us = start * 1e6;
-    e.dur_us = seconds * 1e6;
-    world.record(std::move(e));
+    world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " ", wg.id), what, rank,
+                  wg.vcu, start * 1e6, seconds * 1e6});
   }
 }
 
@@ -253,30 +241,20 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
     ready = dev.cus[wg.vcu].book(wg.vclock, busy);
     wg.vclock = ready + busy;
     if (world.tracing && busy > 0) {
-      TraceEvent e;
-      e.name = fusedcoll::detail::make_string(wg.kernel->name, " ", what, " to r", peer, " ", wg.id);
-      e.category = what;
-      e.pid = src;
-      e.tid = wg.vcu;
-      e.ts_us = ready * 1e6;
-      e.dur_us = busy * 1e6;
-      world.record(std::move(e));
+      world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " to r", peer, " ",
+                                                   wg.id),
+                    what, src, wg.vcu, ready * 1e6, busy * 1e6});
     }
   }
   const double start = link.book(ready, seconds);
   const double arrival = start + seconds + latency;
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {
-    TraceEvent e;
-    e.name = fusedcoll::detail::make_string(what, " to r", peer, " ", bytes, " B");
-    e.category = "link";
-    e.pid = src;
-    e.tid = &link == &dev.nic                ? kNicTrack
-            : dev.peer_links.size() == 1 ? kLinkTrack  // the switch port
-                                         : kLinkTrack + 1 + peer;
-    e.ts_us = start * 1e6;
-    e.dur_us = seconds * 1e6;
-    world.record(std::move(e));
+    const int track = &link == &dev.nic                ? kNicTrack
+                      : dev.peer_links.size() == 1 ? kLinkTrack  // the switch port
+                                                   : kLinkTrack + 1 + peer;
+    world.record({fusedcoll::detail::make_string(what, " to r", peer, " ", bytes, " B"), "link",
+                  src, track, start * 1e6, seconds * 1e6});
   }
   return arrival;
 }
