@@ -138,31 +138,13 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
 void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
   const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
   const std::size_t elem = dtype_size(args.dtype);
-  const Parts parts = chunk_parts(args.count, P);
+  // `rs` step s receives the running chunk (me - 2 - s) mod P, then holds acc = received op own.
+  const RingSchedule sc = ring_schedule(rk, "all_reduce.ring", args.count, elem, elem);
+  if (args.count == 0) return;
+  const auto& [parts, steps, mt, te, nt, rs, ag, rs_slot, ag_slot, rs_target, ag_target] = sc;
   const auto& off = parts.off;
   const auto& len = parts.len;
   const int64_t max_len = parts.max_len;
-  const Tiling tl = tiling_of(rk);
-  const int mt = tl.max_tiles;
-  const int64_t te = tl.elems(max_len, elem);
-  const int nt = num_tiles(max_len, te);
-  const int steps = P - 1;
-
-  // `rs`: one region of max_len per reduce-scatter step s (it receives the running chunk
-  // (me - 2 - s) mod P, then holds acc = received op own); `ag`: the full buffer's layout.
-  const SymBuffer rs = rk.scratch("all_reduce.ring.rs", bytes_of(int64_t{steps} * max_len, elem));
-  const SymBuffer ag = rk.scratch("all_reduce.ring.ag", bytes_of(args.count, elem));
-  const int rs_slot = rk.slots("all_reduce.ring.rs", steps * mt);  // [step][tile]
-  const int ag_slot = rk.slots("all_reduce.ring.ag", steps * mt);  // [step][tile]
-  if (args.count == 0) return;
-
-  // Every (step, tile < nt) gets exactly one put and signal per call, empty tiles included.
-  std::vector<std::uint64_t> rs_target(std::size_t(steps) * nt), ag_target(std::size_t(steps) * nt);
-  for (int s = 0; s < steps; ++s)
-    for (int t = 0; t < nt; ++t) {
-      rs_target[s * nt + t] = rk.expect(rs_slot + s * mt + t, 1);
-      ag_target[s * nt + t] = rk.expect(ag_slot + s * mt + t, 1);
-    }
 
   const auto* send = cbytes(args.send);
   auto* recv = mbytes(args.recv);

@@ -160,6 +160,50 @@ inline OwnerSchedule owner_schedule(Rank& rk, const std::string& key, const Part
   return s;
 }
 
+/// A ring AllReduce's layout: `count` in chunk_of chunks, each cut into tiles of `te` elements (those
+/// of the longest chunk, `nt` of them), P - 1 reduce-scatter and P - 1 all-gather steps. `rs` holds
+/// one region of max_len `region_elem`-byte elements per reduce-scatter step, `ag` the whole
+/// buffer's layout; every (step, tile < nt) of each gets exactly one put and signal per call,
+/// empty tiles included, whose cumulative targets are `rs_target` / `ag_target` [step * nt + tile].
+/// The plain and the compressed-wire rings share it.
+struct RingSchedule {
+  Parts parts;
+  int steps = 0;
+  int mt = 1;  // the slots' stride: tiles per chunk at most
+  int64_t te = 1;
+  int nt = 0;
+  SymBuffer rs, ag;
+  int rs_slot = 0, ag_slot = 0;  // [step][tile]
+  std::vector<std::uint64_t> rs_target, ag_target;
+};
+
+/// Reserves the scratch and the slots under `key` (collective: every rank, before anything may
+/// return early); with `count` = 0 no targets are set. Tiles are cut in `tile_elem`-byte elements.
+inline RingSchedule ring_schedule(Rank& rk, const std::string& key, int64_t count,
+                                  std::size_t tile_elem, std::size_t region_elem) {
+  const int P = rk.size();
+  const Tiling tl = tiling_of(rk);
+  RingSchedule s;
+  s.parts = chunk_parts(count, P);
+  s.steps = P - 1;
+  s.mt = tl.max_tiles;
+  s.te = tl.elems(s.parts.max_len, tile_elem);
+  s.nt = num_tiles(s.parts.max_len, s.te);
+  s.rs = rk.scratch(key + ".rs", bytes_of(int64_t{s.steps} * s.parts.max_len, region_elem));
+  s.ag = rk.scratch(key + ".ag", bytes_of(count, region_elem));
+  s.rs_slot = rk.slots(key + ".rs", s.steps * s.mt);
+  s.ag_slot = rk.slots(key + ".ag", s.steps * s.mt);
+  if (count == 0) return s;
+  s.rs_target.resize(std::size_t(s.steps) * s.nt);
+  s.ag_target.resize(std::size_t(s.steps) * s.nt);
+  for (int st = 0; st < s.steps; ++st)
+    for (int t = 0; t < s.nt; ++t) {
+      s.rs_target[st * s.nt + t] = rk.expect(s.rs_slot + st * s.mt + t, 1);
+      s.ag_target[st * s.nt + t] = rk.expect(s.ag_slot + st * s.mt + t, 1);
+    }
+  return s;
+}
+
 /// The grid of an owner reduction's kernel: its largest phase.
 inline std::size_t owner_work(const OwnerSchedule& s) {
   return std::max({s.scatter.size(), s.reduce.size(), s.collect.size()});

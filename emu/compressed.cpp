@@ -176,31 +176,14 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                           const WirePlan& plan) {
   const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
   const std::size_t we = plan.elem();
-  const Parts parts = chunk_parts(args.count, P);
+  // Scratch holds wire elements: `rs` step s receives the running chunk (me - 2 - s) encoded,
+  // `ag` the finished chunks, this rank's own included. Tiles are cut in f32 elements.
+  const RingSchedule sc = ring_schedule(rk, "all_reduce.ring.wire", args.count, sizeof(float), we);
+  if (args.count == 0) return;
+  const auto& [parts, steps, mt, te, nt, rs, ag, rs_slot, ag_slot, rs_target, ag_target] = sc;
   const auto& off = parts.off;
   const auto& len = parts.len;
   const int64_t max_len = parts.max_len;
-  const Tiling tl = tiling_of(rk);
-  const int mt = tl.max_tiles;
-  const int64_t te = tl.elems(max_len, sizeof(float));
-  const int nt = num_tiles(max_len, te);
-  const int steps = P - 1;
-
-  // `rs`: one region of max_len wire elements per reduce-scatter step s, where the running chunk
-  // (me - 2 - s) arrives; `ag`: the full buffer's layout, this rank's own chunk included.
-  const SymBuffer rs =
-      rk.scratch("all_reduce.ring.wire.rs", bytes_of(int64_t{steps} * max_len, we));
-  const SymBuffer ag = rk.scratch("all_reduce.ring.wire.ag", bytes_of(args.count, we));
-  const int rs_slot = rk.slots("all_reduce.ring.wire.rs", steps * mt);
-  const int ag_slot = rk.slots("all_reduce.ring.wire.ag", steps * mt);
-  if (args.count == 0) return;
-
-  std::vector<std::uint64_t> rs_target(std::size_t(steps) * nt), ag_target(std::size_t(steps) * nt);
-  for (int s = 0; s < steps; ++s)
-    for (int t = 0; t < nt; ++t) {
-      rs_target[s * nt + t] = rk.expect(rs_slot + s * mt + t, 1);
-      ag_target[s * nt + t] = rk.expect(ag_slot + s * mt + t, 1);
-    }
 
   auto* recv = static_cast<float*>(args.recv);
   auto region = [&](int s) { return int64_t{s} * max_len; };
