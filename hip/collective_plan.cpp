@@ -222,8 +222,8 @@ std::uint64_t tiles_from_others(const std::vector<int64_t>& len, int64_t te, int
 }  // namespace
 
 std::int64_t tile_elems(std::int64_t len, std::size_t elem) {
-  const int64_t base = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(elem));
-  return std::max(base, (len + kMaxTiles - 1) / kMaxTiles);
+  return fusedcoll::detail::collective_tile_elems(len, elem, 1,
+                                                 fusedcoll::detail::kCollectiveTileBytes, kMaxTiles);
 }
 
 Plan plan_all_reduce(std::span<const AllReduceArgs> all) {

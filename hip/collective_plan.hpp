@@ -173,8 +173,8 @@ Resolved resolve(const Plan& plan, const std::vector<std::array<unsigned char*, 
                  int slot0, const std::function<std::uint64_t(int, int)>& target);
 
 /// Elements per tile of a segment of `len` elements of `elem` bytes: 64 KiB, or more so that a
-/// segment has at most kMaxTiles tiles (slots are reserved per tile). The emulator's tiling.
-inline constexpr std::int64_t kTileBytes = 64 * 1024;
+/// segment has at most kMaxTiles tiles (slots are reserved per tile). The emulator's wall-clock
+/// tiling: detail::collective_tile_elems with 64 KiB tiles and no spread over the device.
 inline constexpr int kMaxTiles = 64;
 std::int64_t tile_elems(std::int64_t len, std::size_t elem);
 
