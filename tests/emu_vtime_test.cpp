@@ -99,24 +99,36 @@ TEST(EmuVirtualTime, OnePut) {
   EXPECT_DOUBLE_EQ(finish(world), 8e-6);
 }
 
-/// Rank 0 puts 1000 bytes with a signal to rank 1 (the OnePut kernel); returns rank 1's clock.
-double one_put(const WorldOptions& o) {
+/// Rank 0 puts 1000 bytes with a signal to rank 1 (the OnePut kernel), then copies `copy_bytes`
+/// on its compute unit (none: 0); returns rank `clock_of`'s clock.
+double put_world(const WorldOptions& o, std::int64_t copy_bytes, int clock_of) {
   World world(o);
   world.run([&](fc::Communicator& comm) {
     auto& rk = rank_of(world, comm);
     const fc::emu::SymBuffer box = rk.alloc(1000, "box");
     const int slot = rk.slots("arrived", 1);
     const std::vector<char> data(1000, 'x');
+    std::vector<char> a(static_cast<std::size_t>(copy_bytes), 'a'), b(a.size());
     const std::uint64_t target = comm.rank() == 1 ? rk.expect(slot, 1) : 0;
     rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
-      if (comm.rank() == 0)
+      if (comm.rank() == 0) {
         wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
-      else
+        if (copy_bytes > 0)
+          wg.compute("copy", {fc::model::copy(copy_bytes)},
+                     [&] { std::memcpy(b.data(), a.data(), a.size()); });
+      } else {
         co_await wg.wait_until(slot, Cmp::ge, target);
+      }
     });
+    if (comm.rank() == 0) {
+      EXPECT_EQ(a, b);
+    }
   });
-  return world.virtual_seconds(1);
+  return world.virtual_seconds(clock_of);
 }
+
+/// OnePut; rank 1's clock.
+double one_put(const WorldOptions& o) { return put_world(o, 0, 1); }
 
 TEST(EmuVirtualTime, IssuingAPutCostsTheComputeUnit) {
   // put_us = 1: the put is issued 5-6 us, leaves 6-7 us and lands at 9 us; the signal is issued
@@ -141,27 +153,7 @@ double put_then_copy(double share) {
   auto p = std::make_shared<fc::model::Preset>(round_preset(1));
   p->links.put_cu_share = share;
   o.model = p;
-  World world(o);
-  world.run([&](fc::Communicator& comm) {
-    auto& rk = rank_of(world, comm);
-    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
-    const int slot = rk.slots("arrived", 1);
-    const std::vector<char> data(1000, 'x');
-    std::vector<char> a(1500, 'a'), b(1500);
-    const std::uint64_t target = comm.rank() == 1 ? rk.expect(slot, 1) : 0;
-    rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
-      if (comm.rank() == 0) {
-        wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
-        wg.compute("copy", {fc::model::copy(1500)}, [&] { std::memcpy(b.data(), a.data(), 1500); });
-      } else {
-        co_await wg.wait_until(slot, Cmp::ge, target);
-      }
-    });
-    if (comm.rank() == 0) {
-      EXPECT_EQ(a, b);
-    }
-  });
-  return world.virtual_seconds(0);
+  return put_world(o, 1500, 0);
 }
 
 TEST(EmuVirtualTime, APutTheIssuingComputeUnitCopiesHoldsIt) {
