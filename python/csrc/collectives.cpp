@@ -89,6 +89,14 @@ void check_out(std::string_view op, const at::Tensor& input, const at::Tensor& o
   }
 }
 
+/// The `_out` variant's checked `out`, or a new tensor of `shape` and input's dtype and device.
+at::Tensor output_tensor(std::string_view op, const at::Tensor& input, const at::Tensor* given_out,
+                         const std::vector<std::int64_t>& shape) {
+  if (given_out == nullptr) return empty_like_dtype(input, shape);
+  check_out(op, input, *given_out, shape);
+  return *given_out;
+}
+
 // --- AllReduce -----------------------------------------------------------------------------------
 
 AllReduceArgs all_reduce_args(const at::Tensor& input, const at::Tensor& out, ReduceOp op,
@@ -202,13 +210,7 @@ at::Tensor all_to_all_impl(const at::Tensor& input, c10::optional<at::IntArrayRe
     rows.recv = rows.send;
   }
   const auto shape = with_rows(input, sum_of(rows.recv));
-  at::Tensor out;
-  if (given_out != nullptr) {
-    check_out(kOp, input, *given_out, shape);
-    out = *given_out;
-  } else {
-    out = empty_like_dtype(input, shape);
-  }
+  at::Tensor out = output_tensor(kOp, input, given_out, shape);
   const auto args = all_to_all_args(input, out, rows, dtype, wire);
   with_communicator(kOp, [&](Communicator& comm) { all_to_allv(comm, args); });
   return out;
@@ -272,13 +274,7 @@ at::Tensor reduce_scatter_impl(const at::Tensor& input, c10::optional<at::IntArr
   const int world = current_size(), rank = current_rank();
   const auto rows = scatter_rows(kOp, input, counts, world);
   const auto shape = with_rows(input, rows[static_cast<std::size_t>(rank)]);
-  at::Tensor out;
-  if (given_out != nullptr) {
-    check_out(kOp, input, *given_out, shape);
-    out = *given_out;
-  } else {
-    out = empty_like_dtype(input, shape);
-  }
+  at::Tensor out = output_tensor(kOp, input, given_out, shape);
   const auto args = reduce_scatter_args(input, out, rows, dtype, op, wire);
   with_communicator(kOp, [&](Communicator& comm) { reduce_scatter(comm, args); });
   return out;
@@ -339,13 +335,7 @@ at::Tensor all_gather_impl(const at::Tensor& input, c10::optional<at::IntArrayRe
                                    ", but this rank's input has ", rows_of(input), " rows"));
   }
   const auto shape = gathered_shape(input, sum_of(rows));
-  at::Tensor out;
-  if (given_out != nullptr) {
-    check_out(kOp, input, *given_out, shape);
-    out = *given_out;
-  } else {
-    out = empty_like_dtype(input, shape);
-  }
+  at::Tensor out = output_tensor(kOp, input, given_out, shape);
   const auto args = all_gather_args(input, out, rows, dtype, wire);
   with_communicator(kOp, [&](Communicator& comm) { all_gather(comm, args); });
   return out;
