@@ -472,46 +472,48 @@ FC_INLINE void gemv_pack(const float* w, int64_t ldw, int64_t nb, int64_t kc, fl
   }
 }
 
-// kIb rows of x against the packed block; y is [kIb][kNb] with row stride ldy.
-template <class Isa, int kIb>
-FC_INLINE void gemv_block(const float* wt, const float* x, int64_t ldx, int64_t kc, float* y,
-                          int64_t ldy, bool continue_chain) {
+// kRows x (kLanes * kNv) outputs at c (row stride ldc) += a(r, kk) * b[kk][:] for kk = 0..kc-1,
+// in that order, starting from +0.0f or continuing the chains stored in c. a(r, kk) is
+// a[r * a_row + kk * a_k]; b is packed [kc][kLanes * kNv]. The one accumulation of every GEMV
+// block and GEMM micro-tile: the chain order that makes the vector paths ref/'s bits.
+template <class Isa, int kRows, int kNv>
+FC_INLINE void accumulate_rows(const float* a, int64_t a_row, int64_t a_k, const float* bp,
+                               int64_t kc, float* c, int64_t ldc, bool continue_chain) {
   using V = typename Isa::V;
   constexpr int kW = Isa::kLanes;
-  constexpr int kNv = Isa::kGemvNv;
-  constexpr int kNb = kW * kNv;
-  V acc[kIb][kNv];
+  constexpr int kNr = kW * kNv;
+  V acc[kRows][kNv];
 #pragma GCC unroll 16
-  for (int i = 0; i < kIb; ++i) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) {
       if (continue_chain) {
-        vload<Isa>(acc[i][v], y + i * ldy + v * kW);
+        vload<Isa>(acc[r][v], c + r * ldc + v * kW);
       } else {
-        acc[i][v] = V{};
+        acc[r][v] = V{};
       }
     }
   }
   for (int64_t kk = 0; kk < kc; ++kk) {
-    V wv[kNv];
+    V bv[kNv];
 #pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) wv[v] = vload_aligned<Isa>(wt + kk * kNb + v * kW);
+    for (int v = 0; v < kNv; ++v) bv[v] = vload_aligned<Isa>(bp + kk * kNr + v * kW);
 #pragma GCC unroll 16
-    for (int i = 0; i < kIb; ++i) {
-      const float xv = x[i * ldx + kk];
+    for (int r = 0; r < kRows; ++r) {
+      const float av = a[r * a_row + kk * a_k];
 #pragma GCC unroll 16
       for (int v = 0; v < kNv; ++v) {
-        const V p = xv * wv[v];
-        acc[i][v] = acc[i][v] + p;
+        const V p = av * bv[v];
+        acc[r][v] = acc[r][v] + p;
       }
     }
   }
 #pragma GCC unroll 16
-  for (int i = 0; i < kIb; ++i) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) {
-      canonicalize_nan<Isa>(acc[i][v]);
-      vstore<Isa>(y + i * ldy + v * kW, acc[i][v]);
+      canonicalize_nan<Isa>(acc[r][v]);
+      vstore<Isa>(c + r * ldc + v * kW, acc[r][v]);
     }
   }
 }
@@ -526,7 +528,7 @@ FC_INLINE void gemv_rows_group(const float* wt, const float* x, int64_t ldx, int
       return;
     }
   }
-  gemv_block<Isa, kIb>(wt, x, ldx, kc, y, ldy, continue_chain);
+  accumulate_rows<Isa, kIb, Isa::kGemvNv>(x, ldx, 1, wt, kc, y, ldy, continue_chain);
 }
 
 template <class Isa>
@@ -615,50 +617,6 @@ FC_INLINE void gemm_pack_b(const float* b, int64_t ldb, int64_t kc, int64_t nc, 
   }
 }
 
-// kMr x kNr outputs at c (row stride ldc); starts from +0.0f or continues the chains stored in c.
-template <class Isa>
-FC_INLINE void gemm_micro(const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc,
-                          bool continue_chain) {
-  using V = typename Isa::V;
-  constexpr int kW = Isa::kLanes;
-  constexpr int kMr = Isa::kGemmMr;
-  constexpr int kNv = Isa::kGemmNv;
-  constexpr int kNr = kW * kNv;
-  V acc[kMr][kNv];
-#pragma GCC unroll 16
-  for (int r = 0; r < kMr; ++r) {
-#pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) {
-      if (continue_chain) {
-        vload<Isa>(acc[r][v], c + r * ldc + v * kW);
-      } else {
-        acc[r][v] = V{};
-      }
-    }
-  }
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    V bv[kNv];
-#pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) bv[v] = vload_aligned<Isa>(bp + kk * kNr + v * kW);
-#pragma GCC unroll 16
-    for (int r = 0; r < kMr; ++r) {
-      const float av = ap[kk * kMr + r];
-#pragma GCC unroll 16
-      for (int v = 0; v < kNv; ++v) {
-        const V p = av * bv[v];
-        acc[r][v] = acc[r][v] + p;
-      }
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < kMr; ++r) {
-#pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) {
-      canonicalize_nan<Isa>(acc[r][v]);
-      vstore<Isa>(c + r * ldc + v * kW, acc[r][v]);
-    }
-  }
-}
 
 template <class Isa>
 FC_INLINE void gemm_impl(const GemmArgs& a) {
@@ -699,7 +657,7 @@ FC_INLINE void gemm_impl(const GemmArgs& a) {
             const float* ap = apack + ir * kc;
             float* c = a.c + (ic + ir) * a.ldc + jc + jr;
             if (mr == kMr && nr == kNr) {
-              gemm_micro<Isa>(ap, bp, kc, c, a.ldc, continue_chain);
+              accumulate_rows<Isa, kMr, Isa::kGemmNv>(ap, 1, kMr, bp, kc, c, a.ldc, continue_chain);
               continue;
             }
             // Edge tile: the padded lanes compute on zeros and are dropped.
@@ -708,7 +666,7 @@ FC_INLINE void gemm_impl(const GemmArgs& a) {
                 std::memcpy(tile + r * kNr, c + r * a.ldc, nr * sizeof(float));
               }
             }
-            gemm_micro<Isa>(ap, bp, kc, tile, kNr, continue_chain);
+            accumulate_rows<Isa, kMr, Isa::kGemmNv>(ap, 1, kMr, bp, kc, tile, kNr, continue_chain);
             for (int64_t r = 0; r < mr; ++r) {
               std::memcpy(c + r * a.ldc, tile + r * kNr, nr * sizeof(float));
             }
