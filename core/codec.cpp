@@ -58,30 +58,29 @@ using std::uint8_t;
 //    kept mantissa's lowest bit; a carry moves into the exponent, as it should) and rebias.
 //  - a > kOverflowBits: the rounded magnitude exceeds the largest finite value.
 
-struct F16 {
-  static constexpr int kM = 10, kBias = 15, kBits = 16;
+// The constants every format derives from its mantissa bits and bias (binary32 bit patterns).
+template <int M, int Bias, int Bits>
+struct NarrowFloat {
+  static constexpr int kM = M, kBias = Bias, kBits = Bits;
   static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
   static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+};
+
+struct F16 : NarrowFloat<10, 15, 16> {
   static constexpr uint32_t kOverflowBits = 0x477FEFFFu;  // 65520 (a tie with odd 65504) rounds up
   static constexpr uint32_t kMax = 0x7BFF, kInf = 0x7C00;
   static constexpr bool kHasInf = true;
   static constexpr uint32_t nan(uint32_t a) { return 0x7E00u | ((a >> 13) & 0x1FFu); }
 };
 
-struct E5M2 {
-  static constexpr int kM = 2, kBias = 15, kBits = 8;
-  static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
-  static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+struct E5M2 : NarrowFloat<2, 15, 8> {
   static constexpr uint32_t kOverflowBits = 0x476FFFFFu;  // 61440 (a tie with odd 57344) rounds up
   static constexpr uint32_t kMax = 0x7B, kInf = 0x7C;
   static constexpr bool kHasInf = true;
   static constexpr uint32_t nan(uint32_t a) { return 0x7Eu | ((a >> 21) & 1u); }
 };
 
-struct E4M3 {
-  static constexpr int kM = 3, kBias = 7, kBits = 8;
-  static constexpr uint32_t kMinNormal = uint32_t(127 - kBias + 1) << 23;
-  static constexpr uint32_t kMagic = uint32_t((127 - kBias) + (23 - kM) + 1) << 23;
+struct E4M3 : NarrowFloat<3, 7, 8> {
   static constexpr uint32_t kOverflowBits = 0x43E80000u;  // 464, a tie with even 448, rounds down
   static constexpr uint32_t kMax = 0x7E, kInf = 0x7F;  // no infinity: the NaN code stands in
   static constexpr bool kHasInf = false;
