@@ -1,24 +1,36 @@
 #!/bin/bash
-# multihost_fault.sh CLUSTER MPI_FAULTS drop|kill: a fault across hosts ends the job in time.
-# 2 hosts x 2 ranks loop AllReduces over the p2p transport; 4 s in, host 2's link drops every
-# packet (drop) or its first rank is killed (kill).
+# multihost_fault.sh CLUSTER MPI_FAULTS drop|kill|drop_delayed [CLUSTER OPTIONS...]: a fault
+# across hosts ends the job in time. 2 hosts x 2 ranks loop AllReduces over the p2p transport;
+# 4 s in, host 2's link drops every packet (drop) or its first rank is killed (kill).
+# drop_delayed is drop on links with 50 us added latency: netem, or where the kernel has none,
+# the cluster's delay line, which then does the dropping (the link stays up).
 #  drop: every rank (all four live on) must fail with a TimeoutError within FUSEDCOLL_TIMEOUT
 #        (3 s) and say who it waited for; each writes it to a file, since host 2 cannot forward
 #        its output any more. The job itself is then ended by the cluster's --timeout.
 #  kill: Open MPI notices the dead rank and ends the job, naming it.
 set -u
 cluster=$1 prog=$2 fault=$3
+shift 3
+extra=("$@") delayed=0
+if [ "$fault" = drop_delayed ]; then
+  fault=drop delayed=1
+  extra+=(--delay 50us)
+fi
 dir=$(mktemp -d /tmp/multihost-fault.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 start=$(date +%s)
 out=$(FUSEDCOLL_TIMEOUT=3 FUSEDCOLL_MPI_TRANSPORT=p2p "$cluster" -H 2 -r 2 --timeout 25 \
-        --at 4:$fault:2 -- "$prog" loop "$dir" 2>&1)
+        "${extra[@]}" --at 4:$fault:2 -- "$prog" loop "$dir" 2>&1)
 rc=$?
 took=$(($(date +%s) - start))
 echo "$out" | tail -20
 echo "job status $rc after $took s"
 [ $rc = 77 ] && exit 77
 fail() { echo "FAIL: $*"; exit 1; }
+if [ $delayed = 1 ]; then
+  echo "$out" | grep -Eq "link now drops every packet \((netem loss 100%|delay line)\)" ||
+    fail "the cluster did not say how host 2's delayed link was cut"
+fi
 if [ "$fault" = drop ]; then
   for r in 0 1 2 3; do
     f="$dir/rank.$r"
