@@ -14,8 +14,6 @@
 
 #include <mpi.h>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -265,13 +263,13 @@ int run_mpi(const Options& given, int argc, char** argv) {
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
         MPI_Comm_size(node, &o.processes_per_host);
         MPI_Comm_free(&node);
+        const int default_wgs = fc::mpi::default_workgroups(MPI_COMM_WORLD);  // collective
         const std::string setup = fc::detail::make_string(
             "one MPI process each (", library_version(), ")",
             o.symmetric ? ", receive buffers / outputs in SymmetricBuffers" : "", ", workgroups ",
             o.compute_units > 0
                 ? fc::detail::make_string(o.compute_units)
-                : fc::detail::make_string("default (", tbb::this_task_arena::max_concurrency(),
-                                          ")"));
+                : fc::detail::make_string("default (", default_wgs, ")"));
         Printer out(o, P, setup, baseline_name(o));
         if (me == 0) out.header();
         const std::int64_t wrong =

@@ -1,6 +1,7 @@
 #include "mpi/runtime.hpp"
 
 #include <oneapi/tbb/info.h>
+#include <sched.h>
 
 #include <chrono>
 #include <climits>
@@ -33,9 +34,39 @@ void backoff(std::uint64_t polls) {
 
 }  // namespace
 
-Runtime::Runtime(MPI_Comm comm, const Options& options)
-    : wgs_(options.workgroups > 0 ? options.workgroups : tbb::info::default_concurrency()),
-      arena_(wgs_) {
+int default_workgroups(MPI_Comm comm) {
+  // This process's CPU set as a bit mask (all ones where it cannot be read: every rank overlaps).
+  constexpr int kWords = CPU_SETSIZE / 64;
+  std::vector<std::uint64_t> mine(kWords, ~std::uint64_t{0});
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    std::fill(mine.begin(), mine.end(), 0);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        mine[static_cast<std::size_t>(c / 64)] |= std::uint64_t{1} << (c % 64);
+  }
+  MPI_Comm shared = MPI_COMM_NULL;
+  FC_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+  int local = 1;
+  int rc = MPI_Comm_size(shared, &local);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(local) * kWords);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Allgather(mine.data(), kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, shared);
+  MPI_Comm_free(&shared);
+  FC_CHECK_MPI(rc);
+  int sharing = 0;  // ranks on this host whose CPUs overlap this rank's (itself included)
+  for (int r = 0; r < local; ++r) {
+    bool overlap = false;
+    for (int w = 0; w < kWords && !overlap; ++w)
+      overlap = (all[static_cast<std::size_t>(r) * kWords + static_cast<std::size_t>(w)] &
+                 mine[static_cast<std::size_t>(w)]) != 0;
+    sharing += overlap ? 1 : 0;
+  }
+  return std::max(1, tbb::info::default_concurrency() / std::max(1, sharing));
+}
+
+Runtime::Runtime(MPI_Comm comm, const Options& options) {
   int initialized = 0;
   FC_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) throw BackendError("fusedcoll mpi: MPI is not initialised");
@@ -48,6 +79,8 @@ Runtime::Runtime(MPI_Comm comm, const Options& options)
   FC_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   // Errors come back as codes, which check_mpi turns into exceptions, instead of aborting.
   FC_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  wgs_ = options.workgroups > 0 ? options.workgroups : default_workgroups(comm_);
+  arena_.initialize(wgs_);
   FC_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   FC_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   // The ranks that share this rank's memory: its host. Named by the lowest rank on it.

@@ -19,8 +19,9 @@ namespace fusedcoll::mpi {
 
 /// Knobs of one MPI communicator.
 struct Options {
-  /// Workgroups (oneTBB tasks) of a fused kernel's persistent grid; 0 = the number of threads
-  /// oneTBB may use in this process. The grid never waits on itself, so any value is safe.
+  /// Workgroups (oneTBB tasks) of a fused kernel's persistent grid; 0 = default_workgroups(comm):
+  /// this rank's share of the CPUs it may use. The grid never waits on itself, so any value is
+  /// safe.
   int workgroups = 0;
   /// Bytes of symmetric window allocated up front; the window grows (a collective
   /// reallocation, at the start of a call) when a call needs more.
@@ -32,6 +33,15 @@ struct Options {
   /// and p2p otherwise. Every rank must end up with the same choice (checked: BackendError).
   Env::MpiTransport transport = Env::MpiTransport::automatic;
 };
+
+/// The workgroups a rank's grid gets when `Options::workgroups` is 0: the threads oneTBB may use
+/// in this process divided by the ranks of `comm` on this host whose CPU sets (affinity masks)
+/// overlap this rank's, at least 1. Ranks that share cores would otherwise each start a grid as
+/// wide as the whole host, and their threads would take turns on the cores: with 4 ranks of 2
+/// workgroups on 2 cores a piece whose tiles were dealt to a descheduled worker left milliseconds
+/// late, and idle workers spinning after a grid delayed the other ranks (docs/results.md, "Across
+/// hosts"). Ranks bound to cores of their own keep them all. Collective over `comm`.
+int default_workgroups(MPI_Comm comm);
 
 /// A `Communicator` over the ranks of `comm`. Collective over `comm`: every rank calls it, in
 /// the same order as its other collective calls on `comm`. The backend works on its own duplicate

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <oneapi/tbb/info.h>
 
 #include <cstdio>
 #include <exception>
@@ -56,7 +57,12 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
-    fctest::g_world.emplace(fusedcoll::mpi::make_communicator(MPI_COMM_WORLD));
+    // As many workgroups per rank as oneTBB has threads, even where ranks share the cores (the
+    // backend's default gives them one each then): races between a rank's workgroups show only
+    // when it has several. SingleWorkgroup and DefaultWorkgroups cover the other settings.
+    fusedcoll::mpi::Options o;
+    o.workgroups = tbb::info::default_concurrency();
+    fctest::g_world.emplace(fusedcoll::mpi::make_communicator(MPI_COMM_WORLD, o));
   } catch (const std::exception& e) {
     std::printf("rank %d: cannot create the communicator: %s\n", rank, e.what());
     std::fflush(stdout);

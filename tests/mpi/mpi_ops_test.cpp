@@ -8,6 +8,7 @@
 // rank before any data moves, and leave the communicator usable.
 
 #include <gtest/gtest.h>
+#include <oneapi/tbb/info.h>
 
 #include <algorithm>
 #include <cmath>
@@ -115,6 +116,23 @@ TEST(MpiEmbeddingAllToAll, SingleWorkgroup) {
   o.workgroups = 1;
   Communicator one = fusedcoll::mpi::make_communicator(MPI_COMM_WORLD, o);
   every_mode(emb_problem(world_size(), 4, 31), [&](const auto& pb, Mode mode) { run_case(one, pb, mode); });
+}
+
+TEST(MpiEmbeddingAllToAll, DefaultWorkgroups) {
+  // CTest runs mpiexec --oversubscribe, which binds no rank: every rank on this host may use
+  // every CPU, so each gets its share (one each for 2-4 ranks on 2 cores, not oneTBB's 2).
+  MPI_Comm node = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            MPI_SUCCESS);
+  int local = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  EXPECT_EQ(fusedcoll::mpi::default_workgroups(MPI_COMM_WORLD),
+            std::max(1, tbb::info::default_concurrency() / local));
+  // And the default communicator runs every mode with it.
+  Communicator d = fusedcoll::mpi::make_communicator(MPI_COMM_WORLD);
+  every_mode(emb_problem(world_size(), 4, 37),
+             [&](const auto& pb, Mode mode) { run_case(d, pb, mode); });
 }
 
 // --- GemvAllReduce ----------------------------------------------------------------------------
