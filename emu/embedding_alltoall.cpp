@@ -8,8 +8,10 @@
 // `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling, the schedule or the
 // mode; the rest only moves bytes.
 //
-// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
-// w, w + grid, ...; the fused tile list goes table by table, and within each table is
+// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), and a WG that
+// finishes a tile claims the next unclaimed one in the plan's order (`WgContext::claim`), so the
+// tiles, whose bags differ in length, spread as a GPU's dispatcher would spread them; which WG
+// pools a tile changes no bit. The fused tile list goes table by table, and within each table is
 // communication-aware (destinations rank+1, rank+2, ..., the local rank's tiles last).
 //
 // - scale_up (zero-copy): a WG pools its tile into a WG-local buffer and stores every row segment
@@ -102,8 +104,9 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShar
   rk.launch("embedding_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
     std::vector<float> buf(static_cast<std::size_t>(kBagBlock * D));
     const std::size_t row_bytes = static_cast<std::size_t>(D) * sizeof(float);
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const std::int64_t t = pl.ids[me][tl.k];
       const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
@@ -141,8 +144,9 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
   rk.launch("embedding_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
     // Phase 1: tiles. Remote ones fill q's staging slice; the slice's last WG sends it.
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const std::int64_t b0 = pl.start[tl.q] + tl.i0, b1 = pl.start[tl.q] + tl.i1;
       if (tl.q == me) {
@@ -193,8 +197,9 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
       std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
   rk.launch("embedding_bag", grid1, [&](WgContext& wg) -> WgTask {
     float* l = wg.local_as<float>(local);
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid1)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       wg.compute("pool", {pool_work(shards[tl.k], D, tl.i0, tl.i1)}, [&] {
         pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, l + (tl.i0 * tpm + tl.k) * D, tpm * D);

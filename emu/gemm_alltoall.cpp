@@ -6,10 +6,11 @@
 // never K: every element is one call of the shared kernel `detail::gemm_tile`, so the bits are
 // ref/'s whatever the tiling, the schedule or the mode; everything else only moves bytes.
 //
-// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), WG w takes tiles
-// w, w + grid, ...; the fused tile list goes expert by expert, and within each expert is
-// communication-aware (tiles whose rows return to rank+1, rank+2, ... first, the local rank's
-// tiles last, see ops::remote_first).
+// All three modes run a persistent kernel: grid = min(#tiles, max_resident_wgs), and a WG that
+// finishes a tile claims the next unclaimed one in the plan's order (`WgContext::claim`): tiles of
+// unequal rows spread as a GPU's dispatcher would spread them. The fused tile list goes expert by
+// expert, and within each expert is communication-aware (tiles whose rows return to rank+1,
+// rank+2, ... first, the local rank's tiles last, see ops::remote_first).
 //
 // - scale_up (zero-copy): a WG computes its tile into a WG-local buffer and stores it straight
 //   into its final rows of the source's output (whose address the ranks exchanged at entry), then
@@ -92,8 +93,9 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& expe
   const int grid = grid_for(rk, tiles.size());
   rk.launch("gemm_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
     std::vector<float> buf(static_cast<std::size_t>(kRowBlock * std::min(kColBlock, pl.N)));
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const std::int64_t nr = tl.r1 - tl.r0, nc = tl.n1 - tl.n0;
       wg.compute("gemm", {tile_work(pl, tl)},
@@ -134,8 +136,9 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
   rk.launch("gemm_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
     // Phase 1: tiles. Remote ones fill s's staging slice; the slice's last WG sends it.
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       if (tl.s == me) {
@@ -185,8 +188,9 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
       std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
   rk.launch("expert_gemm", grid1, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
-    for (std::size_t i = static_cast<std::size_t>(wg.wg()); i < tiles.size();
-         i += static_cast<std::size_t>(grid1)) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       float* dst = st + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;

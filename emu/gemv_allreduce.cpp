@@ -11,6 +11,10 @@
 //              it whole; owners reduce tiles into a reduced slice whose last WG puts it to every
 //              rank's gather buffer; every rank unpacks that into y.
 //   unfused  : a GEMV kernel writes the whole partial, then the emulator's AllReduce (direct).
+//
+// The GEMV tiles are claimed (`WgContext::claim`: a WG that finishes one takes the next in the
+// plan's order); the owners' reductions, which wait for their partials, are dealt statically
+// (tiles w, w + grid, ... of the owner's chunk to WG w).
 
 #include <algorithm>
 #include <cstring>
@@ -45,7 +49,9 @@ void run_scale_up(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys&
 
   rk.launch("gemv_allreduce_scale_up", grid, [&](WgContext& wg) -> WgTask {
     std::vector<float> buf(tile_floats);
-    for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= p.compute.size()) break;
       const int t = p.compute[i];
       const Tile& tile = p.tiles[t];
       wg.compute("gemv", {model::gemv(p.m, p.k, tile.n1 - tile.n0)},
@@ -108,7 +114,9 @@ void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys
     if (wg.wg() == 0)
       for (int j : remote_first(p.me, P))
         if (p.chunks[j].length == 0) wg.signal(j, arrive_slot, SignalOp::add, 1);
-    for (std::size_t i = wg.wg(); i < p.compute.size(); i += grid) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= p.compute.size()) break;
       const int t = p.compute[i];
       const Tile& tile = p.tiles[t];
       const Chunk c = p.chunks[tile.owner];
@@ -170,7 +178,9 @@ void run_unfused(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys& 
   for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
   const int grid = grid_for(rk, order.size());
   rk.launch("gemv", grid, [&](WgContext& wg) -> WgTask {
-    for (std::size_t i = wg.wg(); i < order.size(); i += grid) {
+    for (;;) {
+      const auto i = static_cast<std::size_t>(co_await wg.claim());
+      if (i >= order.size()) break;
       const Tile& t = p.tiles[order[i]];
       wg.compute("gemv", {model::gemv(p.m, p.k, t.n1 - t.n0)},
                  [&] { partial_tile(p, a, t, partial.data() + t.n0, p.n); });

@@ -103,6 +103,17 @@ struct WaitAwaiter {
   void await_resume() const;
 };
 
+/// The awaitable of `claim`: the next index of the kernel's work queue. On the wall clock it does
+/// not suspend; in virtual time the workgroup suspends and claims when the driver resumes it, at
+/// its compute unit's next free time, so claims happen in virtual-time order (docs/simulation.md,
+/// "Tile claiming"). Throws `TimeoutError` when the world aborts.
+struct ClaimAwaiter {
+  impl::WgState* wg;
+  bool await_ready() const;
+  bool await_suspend(std::coroutine_handle<> h);
+  std::int64_t await_resume() const;
+};
+
 /// What a workgroup can do. One per workgroup; valid for the life of its kernel.
 class WgContext {
  public:
@@ -142,6 +153,12 @@ class WgContext {
                   int slot, SignalOp op, std::uint64_t value);
   /// `co_await wg.wait_until(slot, Cmp::ge, target)`: acquire-waits on this device's slot.
   WaitAwaiter wait_until(int slot, Cmp cmp, std::uint64_t value);
+  /// `i = co_await wg.claim()`: claims the next unclaimed index (0, 1, 2, ...) of this kernel's
+  /// work queue, one counter per launch shared by its workgroups (a persistent kernel's atomicAdd
+  /// on a global tile counter). A workgroup that finishes a tile claims the next, so tiles of
+  /// unequal cost spread as a GPU's dispatcher would spread workgroups: the next one goes to the
+  /// first free compute unit. Indices past the kernel's work mean it is all claimed.
+  ClaimAwaiter claim();
   /// Current value of this device's slot (acquire).
   std::uint64_t signal_value(int slot) const;
   /// Orders this workgroup's earlier puts before its later ones (complete on return here).

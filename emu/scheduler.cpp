@@ -204,6 +204,32 @@ void WaitAwaiter::await_resume() const {
   }
 }
 
+// ----------------------------------------------------------------------------------------------
+// Claiming work
+
+bool ClaimAwaiter::await_ready() const { return !wg->kernel->device->world->vt; }
+
+bool ClaimAwaiter::await_suspend(std::coroutine_handle<>) {
+  World::State& world = *wg->kernel->device->world;
+  if (world.aborted.load(std::memory_order_acquire)) return false;
+  // Virtual time: claim when the driver resumes us, in virtual-time order with every other
+  // workgroup's claims (the driver defers a claiming workgroup to its compute unit's next free
+  // time; emu/vtime.cpp). The driver resumes us only after this coroutine has returned to it.
+  wg->claiming = true;
+  world.vt->push(wg, wg->vclock);
+  return true;
+}
+
+std::int64_t ClaimAwaiter::await_resume() const {
+  World::State& world = *wg->kernel->device->world;
+  wg->claiming = false;
+  if (world.aborted.load(std::memory_order_acquire)) world.throw_abort();
+  world.fuzz_delay(wg);  // wall clock: vary which workgroup takes which tile
+  // Nothing is published through the counter: the tiles' data go to disjoint places and their
+  // completion is signalled as before.
+  return wg->kernel->claimed.fetch_add(1, std::memory_order_relaxed);
+}
+
 namespace impl {
 
 void Device::wake_satisfied() {
@@ -270,6 +296,8 @@ WaitAwaiter WgContext::wait_until(int slot, Cmp cmp, std::uint64_t value) {
   FC_CHECK_INTERNAL(slot >= 0 && slot < kSlotsPerDevice, "wait on slot ", slot);
   return WaitAwaiter{s_, slot, cmp, value};
 }
+
+ClaimAwaiter WgContext::claim() { return ClaimAwaiter{s_}; }
 
 void WgContext::compute(const char* what, std::initializer_list<model::Work> work,
                         const std::function<void()>& f) {

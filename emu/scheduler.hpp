@@ -38,6 +38,7 @@ struct WgState {
   bool started = false;
   bool finished = false;  // guarded by the device's wait_mu
   int cu = -1;            // compute unit (arena slot) that last ran it
+  bool claiming = false;  // virtual time: suspended in `claim` (driver thread only)
   std::atomic<std::uint64_t> handoff{0};
   std::chrono::steady_clock::time_point resident_since;
   std::mt19937_64 rng;  // fuzzing decisions of this workgroup (seeded only when fuzzing)
@@ -70,6 +71,7 @@ struct Kernel {
   std::vector<std::unique_ptr<WgState>> wgs;
   std::vector<int> order;  // start order (shuffled when fuzzing)
   int next = 0;            // next position of `order` to start; guarded by device->wait_mu
+  std::atomic<std::int64_t> claimed{0};  // the work queue of `WgContext::claim`
   std::mutex done_mu;
   std::condition_variable done_cv;
   int finished = 0;  // guarded by done_mu

@@ -45,6 +45,13 @@ double Calendar::book(double ready, double duration) {
   return t;
 }
 
+double Calendar::free_from(double t) const {
+  auto it = busy_.upper_bound(t);  // the first stretch starting after t
+  if (it == busy_.begin()) return t;
+  const double end = std::prev(it)->second;  // touching stretches are merged: `end` is free
+  return end > t ? end : t;
+}
+
 void Calendar::forget_before(double t) {
   auto it = busy_.begin();
   while (it != busy_.end() && it->second <= t) it = busy_.erase(it);
@@ -126,6 +133,18 @@ void VirtualTime::drive() {
       continue;
     }
     WgState* wg = e.state;
+    if (wg->claiming) {
+      // A workgroup claims its next tile when its compute unit is free: the workgroups resident
+      // on one unit take turns on it (`compute`), so the tile goes to the unit that frees first,
+      // as a GPU's dispatcher hands the next workgroup to the first free compute unit.
+      const double free = devices[e.rank].cus[wg->vcu].free_from(e.t);
+      if (free > e.t) {
+        Event later = e;
+        later.t = free;
+        pending.push(later);
+        continue;
+      }
+    }
     wg->vclock = std::max(wg->vclock, e.t);
     lock.unlock();
     run_wg(wg);

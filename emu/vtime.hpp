@@ -34,6 +34,8 @@ class Calendar {
   /// Books `duration` seconds at the earliest free stretch starting at or after `ready`; returns
   /// its start.
   double book(double ready, double duration);
+  /// The earliest time at or after `t` at which the resource is not busy.
+  double free_from(double t) const;
   /// Forgets the stretches that end at or before `t` (no request can be ready before it).
   void forget_before(double t);
 

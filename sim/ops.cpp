@@ -1,7 +1,9 @@
 // The operators as simulator programs (sim/ops.hpp), each mode priced as the emulator's kernel of
-// that mode runs: a persistent kernel of grid = min(work, resident workgroups) takes tiles
-// w, w + grid, ... on workgroup w, which runs on compute unit w mod CUs; a CU runs its tiles in
-// tile order, each for the cost model's seconds of the tile's work. Copies and reductions after
+// that mode runs: a persistent kernel of grid = min(work, resident workgroups), workgroup w on
+// compute unit w mod CUs. The operators' tile loops claim their tiles (emu: `WgContext::claim`):
+// in tile order, each goes to the compute unit that frees first; the collectives' and the
+// owners' reductions are dealt statically, tiles w, w + grid, ... to workgroup w. A CU runs its
+// tiles back to back, each for the cost model's seconds of the tile's work. Copies and reductions after
 // the data landed are priced per workgroup the same way (the busiest CU's sum), not spread over
 // the device: a kernel whose copy falls to few workgroups is that slow in the emulator too.
 #include "sim/ops.hpp"
@@ -30,22 +32,33 @@ int grid_for(const Cluster& c, std::size_t work) {
   return static_cast<int>(std::clamp<std::size_t>(work, 1, resident));
 }
 
-/// A persistent kernel's items in order: item i on workgroup i mod grid, on CU (i mod grid) mod
-/// CUs. `end[i]` is item i's end from the kernel's first workgroup start.
+/// A persistent kernel's items in order. `end[i]` is item i's end from the kernel's first
+/// workgroup start.
 struct Grid {
   std::vector<double> cu;
   std::vector<double> end;
   int grid = 1;
   Grid(const Cluster& c, int g) : cu(static_cast<std::size_t>(cus(c)), 0.0), grid(g) {}
+  /// Item i dealt statically: on workgroup i mod grid, on CU (i mod grid) mod CUs.
   double run(std::size_t i, double seconds) {
-    double& t = cu[(i % static_cast<std::size_t>(grid)) % cu.size()];
-    t += seconds;
-    end.push_back(t);
-    return t;
+    return book(cu[(i % static_cast<std::size_t>(grid)) % cu.size()], seconds);
+  }
+  /// The next item claimed: on the CU (of those the grid occupies) that frees first, the lowest
+  /// on a tie, as the emulator's driver resumes the lowest workgroup id first.
+  double claim(double seconds) {
+    const auto used = std::min(cu.size(), static_cast<std::size_t>(grid));
+    return book(*std::min_element(cu.begin(), cu.begin() + static_cast<std::ptrdiff_t>(used)), seconds);
   }
   /// Work of workgroup w (every item of w at once), for the copies after a wait.
   void run_wg(int w, double seconds) { cu[static_cast<std::size_t>(w) % cu.size()] += seconds; }
   double makespan() const { return *std::max_element(cu.begin(), cu.end()); }
+
+ private:
+  double book(double& t, double seconds) {
+    t += seconds;
+    end.push_back(t);
+    return t;
+  }
 };
 
 /// The emulator's `rows_of`: rows first, first + step, ... of a batch of `batch`.
@@ -73,7 +86,7 @@ std::vector<double> run_fused_tiles(const Cluster& c, Grid& k, std::size_t tiles
   std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
   for (std::size_t i = 0; i < tiles; ++i) {
     const auto [seconds, q, bytes] = tile(i);
-    const double end = launch(c) + k.run(i, seconds);
+    const double end = launch(c) + k.claim(seconds);
     if (q == me) continue;
     if (mode == Mode::scale_up)
       x.sends.push_back({end, q, bytes});
@@ -117,7 +130,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
     // Kernel 1 pools every local bag; kernel 2 puts every block, then unpacks all P blocks.
     const std::vector<Tile> tiles = pl.unfused_tiles();
     Grid k1(c, grid_for(c, tiles.size()));
-    for (std::size_t i = 0; i < tiles.size(); ++i) k1.run(i, pool(tiles[i].k, tiles[i].i0, tiles[i].i1));
+    for (const Tile& t : tiles) k1.claim(pool(t.k, t.i0, t.i1));
     prog.push_back(compute_step("embedding_alltoall", launch(c) + k1.makespan()));
     Step x = exchange_step("embedding_alltoall");
     x.seconds = launch(c);
@@ -184,7 +197,7 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
     std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& x, const Tile& y) { return x.j < y.j; });
     Grid k1(c, grid_for(c, tiles.size()));
-    for (std::size_t i = 0; i < tiles.size(); ++i) k1.run(i, cost(tiles[i]));
+    for (const Tile& t : tiles) k1.claim(cost(t));
     prog.push_back(compute_step("gemm_alltoall", launch(c) + k1.makespan()));
     Step x = exchange_step("gemm_alltoall");
     x.seconds = launch(c);
@@ -239,7 +252,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
   Program prog;
   if (mode == Mode::unfused) {
     Grid k1(c, grid_for(c, p.tiles.size()));
-    for (std::size_t i = 0; i < p.tiles.size(); ++i) k1.run(i, cost(p.tiles[i]));
+    for (const Tile& t : p.tiles) k1.claim(cost(t));
     prog.push_back(compute_step("gemv_allreduce", launch(c) + k1.makespan()));
     // The direct AllReduce of the m x n partial: part q = chunk_of(m n, P, q) to its owner in
     // tiles of te elements; the owner folds each tile (copy + P - 1 reductions), puts it to every
@@ -295,7 +308,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
   const std::int64_t tile_floats = p.m * kTileN;
   for (std::size_t i = 0; i < p.compute.size(); ++i) {
     const Tile& t = p.tiles[static_cast<std::size_t>(p.compute[i])];
-    const double end = launch(c) + k.run(i, cost(t));
+    const double end = launch(c) + k.claim(cost(t));
     if (t.owner == me) continue;
     if (mode == Mode::scale_up)  // the whole tile buffer, put to the owner
       rs.sends.push_back({end, t.owner, tile_floats * 4});

@@ -170,6 +170,27 @@ TEST(EmuRuntime, WaitingWorkgroupsDoNotHoldThreads) {
   EXPECT_EQ(finished.load(), 16);
 }
 
+TEST(EmuRuntime, EveryClaimedIndexGoesToExactlyOneWorkgroup) {
+  // Wall clock, fuzzed: the host decides who claims what, but each index is taken once.
+  for (std::uint64_t seed : {0, 5}) {
+    fc::emu::World world({.world_size = 2, .device = {.compute_units = 2, .max_resident_wgs = 6},
+                          .timeout_s = 10, .fuzz_seed = seed});
+    std::vector<std::vector<std::atomic<int>>> taken(2);
+    for (auto& t : taken) t = std::vector<std::atomic<int>>(40);
+    world.run([&](fc::Communicator& comm) {
+      rank_of(world, comm).launch("claims", 6, [&](WgContext& wg) -> WgTask {
+        for (;;) {
+          const std::int64_t i = co_await wg.claim();
+          if (i >= 40) break;
+          ++taken[wg.rank()][static_cast<std::size_t>(i)];
+        }
+      });
+    });
+    for (const auto& t : taken)
+      for (const auto& n : t) EXPECT_EQ(n.load(), 1) << "seed " << seed;
+  }
+}
+
 TEST(EmuRuntime, MissingSignalTimesOutNamingTheWaiterAndSilentRanks) {
   // 2 s, not less: under ThreadSanitizer with several test processes on 2 cores, rank 1's WG had
   // not yet signalled (and rank 2's thread had not started) when a 0.3 s timeout fired.

@@ -1,7 +1,7 @@
 // The emulator in virtual time (docs/simulation.md, "Virtual time"): exact times of tiny
 // hand-computed kernels (a put, a chain of signals, workgroups sharing a compute unit, kernel
-// launches), the same times whatever the fuzzing seed and host threads, bit-exact data, and
-// presets rejected by name.
+// launches, tile claiming), the same times whatever the fuzzing seed and host threads, bit-exact
+// data, and presets rejected by name.
 
 #include <gtest/gtest.h>
 
@@ -233,6 +233,69 @@ double two_copies(int cus) {
 TEST(EmuVirtualTime, WorkgroupsOnOneComputeUnitTakeTurns) {
   EXPECT_DOUBLE_EQ(two_copies(1), 7e-6);  // 5 us launch, then one copy after the other
   EXPECT_DOUBLE_EQ(two_copies(2), 6e-6);  // side by side
+}
+
+/// One kernel of `grid` workgroups on `cus` compute units claiming tiles that copy 500 bytes per
+/// us of `cost_us`; the kernel's end and which workgroup took each tile.
+struct Claimed {
+  double end = 0;
+  std::vector<int> taker;
+  bool operator==(const Claimed&) const = default;
+};
+Claimed claim_tiles(int cus, int grid, const std::vector<int>& cost_us, std::uint64_t seed = 0,
+                    int host_threads = 0) {
+  WorldOptions o = virtual_world(1, cus);
+  o.fuzz_seed = seed;
+  if (host_threads > 0) o.device.compute_units = host_threads;
+  World world(o);
+  Claimed c;
+  c.taker.assign(cost_us.size(), -1);
+  world.run([&](fc::Communicator& comm) {
+    std::vector<char> a(500 * 8, 'a'), b(a.size());
+    rank_of(world, comm).launch("claims", grid, [&](WgContext& wg) -> WgTask {
+      for (;;) {
+        const auto i = static_cast<std::size_t>(co_await wg.claim());
+        if (i >= cost_us.size()) break;
+        c.taker[i] = wg.wg();
+        const auto bytes = static_cast<std::size_t>(500 * cost_us[i]);
+        wg.compute("copy", {fc::model::copy(static_cast<std::int64_t>(bytes))},
+                   [&] { std::memcpy(b.data(), a.data(), bytes); });
+      }
+    });
+  });
+  c.end = world.virtual_seconds(0);
+  return c;
+}
+
+TEST(EmuVirtualTime, TheComputeUnitThatFreesFirstTakesTheNextTile) {
+  // Tiles of 3, 1 and 1 us on 2 compute units, one workgroup each, after the 5 us launch: WG 1
+  // is free at 6 us and takes tile 2 (WG 0 is busy until 8 us). Dealt statically (WG 0: tiles
+  // 0 and 2) the kernel would end at 9 us.
+  const Claimed first = claim_tiles(2, 2, {3, 1, 1});
+  EXPECT_DOUBLE_EQ(first.end, 8e-6);
+  EXPECT_EQ(first.taker, (std::vector<int>{0, 1, 1}));
+  // Both free at 7 us: the tie goes to the lower workgroup id.
+  const Claimed tie = claim_tiles(2, 2, {2, 2, 1});
+  EXPECT_DOUBLE_EQ(tie.end, 8e-6);
+  EXPECT_EQ(tie.taker, (std::vector<int>{0, 1, 0}));
+}
+
+TEST(EmuVirtualTime, WorkgroupsSharingAComputeUnitClaimWhenItIsFree) {
+  // WGs 0 and 2 share compute unit 0, WGs 1 and 3 unit 1. Tile 0 (4 us) holds unit 0 from 5 to
+  // 9 us, so WG 2 claims nothing before 9 us, and unit 1 runs tiles 1-4 (1 us each) back to back
+  // by 9 us. Had WG 2 claimed at once, tile 2 would have waited behind tile 0 until 10 us.
+  const Claimed c = claim_tiles(2, 4, {4, 1, 1, 1, 1});
+  EXPECT_DOUBLE_EQ(c.end, 9e-6);
+  EXPECT_EQ(c.taker, (std::vector<int>{0, 1, 1, 1, 1}));
+}
+
+TEST(EmuVirtualTime, ClaimsAreTheSameForEverySeedAndHostThreadCount) {
+  const std::vector<int> cost = {3, 1, 4, 1, 5, 2, 6, 5, 3, 5, 1, 2};
+  const Claimed base = claim_tiles(3, 7, cost);
+  for (int taker : base.taker) EXPECT_GE(taker, 0);
+  EXPECT_EQ(claim_tiles(3, 7, cost, 7, 1), base);
+  EXPECT_EQ(claim_tiles(3, 7, cost, 0, 3), base);
+  EXPECT_EQ(claim_tiles(3, 7, cost, 12345, 2), base);
 }
 
 TEST(EmuVirtualTime, OnlyTheCountsLastAddLearnsTheOthers) {
