@@ -21,6 +21,7 @@ class MpiBackend final : public Backend {
   void barrier() override {
     guarded([&] {
       rt_.begin_call();
+      rt_.trace_call("barrier");
       rt_.set_activity("in barrier");
       MPI_Request req = MPI_REQUEST_NULL;
       FC_CHECK_MPI(MPI_Ibarrier(rt_.comm(), &req));

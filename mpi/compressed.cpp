@@ -83,8 +83,11 @@ struct Run {
 WirePlan agree_plan(Runtime& rt, const CompressionOptions& wire, const std::vector<Run>& runs,
                     int64_t indices, float headroom) {
   std::vector<float> table = fusedcoll::detail::empty_amax(wire);
-  for (const Run& r : runs)
-    fusedcoll::detail::accumulate_amax(wire, table, r.data, r.first, r.length);
+  {
+    const Runtime::Span span(rt, "amax");
+    for (const Run& r : runs)
+      fusedcoll::detail::accumulate_amax(wire, table, r.data, r.first, r.length);
+  }
   if (resolved_scaling(wire) == Scaling::per_block)
     table.resize(static_cast<std::size_t>(ceil_div(indices, wire.block)), 0.0f);
   if (!table.empty()) {
@@ -120,7 +123,10 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
     for (int j = w; j < P; j += grid) {
       const int q = order[j];
       char* enc = rt.data() + stage_at + wbytes(off[q], plan);
-      fusedcoll::detail::wire_encode(plan, y + off[q], off[q], len[q], enc);
+      {
+        const Runtime::Span span(rt, "encode");
+        fusedcoll::detail::wire_encode(plan, y + off[q], off[q], len[q], enc);
+      }
       if (q == me) continue;
       rt.put(q, inbox_at + wbytes(int64_t{me} * maxc, plan), enc, wbytes(len[q], plan));
       rt.signal(q, in + me);
@@ -129,6 +135,7 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
   wait_all_peers(rt, in, key.c_str());
   const int64_t first = off[me];
   const int divide = fusedcoll::detail::divides_after(op, wire) ? P : 0;
+  const Runtime::Span span(rt, "fold");
   for_pieces(rt, len[me], [&](int64_t o, int64_t n) {
     // Per piece: workgroups run this concurrently (a shared list raced above 4 MiB).
     std::vector<fusedcoll::detail::WireSource> rows(static_cast<std::size_t>(P));
@@ -185,6 +192,7 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
       if (direct && host[p] != mine_h)
         for (int q : t.ranks[mine_h])
           if (q != me) put_chunk(q, ch, fwd);
+      const Runtime::Span span(rt, "decode");
       for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
         fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan),
                                        ch.offset + o, n, recv + ch.offset + o);
@@ -198,6 +206,7 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
     if (p == me) continue;
     rt.wait(out + p, rt.expect(out + p, 1), detail::make_string("all_reduce.wire.out[", p, "]"));
     const Chunk ch = chunk_of(count, P, p);
+    const Runtime::Span span(rt, "decode");
     for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
       fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan), ch.offset + o,
                                      n, recv + ch.offset + o);
@@ -252,6 +261,7 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
   char* stage = rt.data() + stage_at;
   {
     const Chunk ch = chunk_of(a.count, P, prev);
+    const Runtime::Span span(rt, "encode");
     for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
       fusedcoll::detail::wire_encode(plan, y + ch.offset + o, ch.offset + o, n,
                                      stage + wbytes(o, plan));
@@ -265,6 +275,7 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
     rt.wait(step + s, rt.expect(step + s, 1),
             detail::make_string("all_reduce.ring.wire step ", s, " from rank ", prev));
     const char* got = rt.data() + step_at + wbytes(maxc * s, plan);
+    const Runtime::Span span(rt, "fold");
     for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
       const int64_t at = ch.offset + o;
       float* acc = piece_buffer(0, n);
@@ -307,6 +318,7 @@ void all_reduce_chain_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
     auto val = [&](int m, int64_t o) {
       return reinterpret_cast<const float*>(value(m)) + o;
     };
+    const Runtime::Span span(rt, "fold");
     for_pieces(rt, p.length, [&](int64_t o, int64_t n) {
       const int64_t at = p.offset + o;
       char* enc = out + wbytes(o, plan);
@@ -330,6 +342,7 @@ void all_reduce_chain_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
     });
   };
   f.deliver = [&](const Chunk& p, const char* fin) {
+    const Runtime::Span span(rt, "decode");
     for_pieces(rt, p.length, [&](int64_t o, int64_t n) {
       fusedcoll::detail::wire_decode(plan, fin + wbytes(o, plan), p.offset + o, n,
                                      recv + p.offset + o);
@@ -343,8 +356,11 @@ void all_reduce_chain_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
 void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
   const int P = rt.size();
   std::vector<float> storage;
-  const float* y = fusedcoll::detail::contribution_view(
-      args.send, args.send == args.recv, args.count, args.op, args.wire, P, storage);
+  const float* y = [&] {
+    const Runtime::Span span(rt, "contribution");
+    return fusedcoll::detail::contribution_view(args.send, args.send == args.recv, args.count,
+                                                args.op, args.wire, P, storage);
+  }();
   const WirePlan plan = agree_plan(rt, args.wire, {{y, 0, args.count}}, args.count,
                                    fusedcoll::detail::reduction_headroom(args.op, P));
   if (args.count == 0) return;

@@ -152,6 +152,7 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
                                   const Args& args, std::vector<Landing>* land,
                                   const std::function<Region()>& region) {
   rt.begin_call();
+  rt.trace_call(op);
   rt.set_agreement(true);
   rt.set_activity("in " + op + " (exchanging arguments)");
   const int me = rt.rank(), P = rt.size();
@@ -181,7 +182,10 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
       rec.list(mine.layout);
     }
   }
-  const std::vector<std::string> records = rt.exchange(rec.bytes());
+  const std::vector<std::string> records = [&] {
+    const Runtime::Span span(rt, "exchange arguments");
+    return rt.exchange(rec.bytes());
+  }();
 
   std::vector<Args> all(static_cast<std::size_t>(P));
   std::vector<std::string> names(static_cast<std::size_t>(P));

@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iomanip>
 #include <thread>
 
 #include "fusedcoll/env.hpp"
@@ -134,9 +137,58 @@ Runtime::Runtime(MPI_Comm comm, const Options& options) {
   } else {
     allocate(options.initial_window_bytes);
   }
+  if (!env().trace_path.empty()) {
+    // One file per rank: "t.json" -> "t.rank3.json". The origin follows the collective
+    // set-up above, so the ranks' timelines line up to within its last message.
+    std::string path = env().trace_path;
+    const std::string tag = detail::make_string(".rank", rank_);
+    const std::size_t dot = path.rfind('.');
+    const std::size_t slash = path.find_last_of('/');
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash))
+      path.insert(dot, tag);
+    else
+      path += tag;
+    trace_path_ = std::move(path);
+    trace_origin_ = Clock::now();
+  }
+}
+
+void Runtime::trace_call(const std::string& op) {
+  if (!tracing()) return;
+  call_op_ = op;
+}
+
+void Runtime::record_span(std::string name, Clock::time_point begin, Clock::time_point end) {
+  const std::lock_guard<std::mutex> lock(trace_mu_);
+  const int tid =
+      trace_tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(trace_tids_.size()))
+          .first->second;
+  spans_.push_back({std::move(name),
+                    std::chrono::duration<double, std::micro>(begin - trace_origin_).count(),
+                    std::chrono::duration<double, std::micro>(end - begin).count(), tid});
+}
+
+void Runtime::write_trace() const noexcept {
+  try {
+    std::ofstream out(trace_path_);
+    out << std::fixed << std::setprecision(3) << "{\"traceEvents\":[\n"
+        << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << rank_
+        << ",\"tid\":0,\"args\":{\"name\":\"mpi rank " << rank_ << "\"}}";
+    for (const TraceSpan& s : spans_) {
+      out << ",\n{\"name\":\"";
+      for (char c : s.name) out << (c == '"' || c == '\\' ? ' ' : c);
+      out << "\",\"cat\":\"mpi\",\"ph\":\"X\",\"pid\":" << rank_
+          << ",\"tid\":" << s.tid << ",\"ts\":" << s.begin_us << ",\"dur\":" << s.dur_us << "}";
+    }
+    out << "\n]}\n";
+    if (!out) std::fprintf(stderr, "fusedcoll mpi: cannot write trace to '%s'\n", trace_path_.c_str());
+  } catch (...) {
+    std::fprintf(stderr, "fusedcoll mpi: cannot write trace to '%s'\n", trace_path_.c_str());
+  }
 }
 
 Runtime::~Runtime() {
+  if (tracing()) write_trace();
   int finalized = 0;
   MPI_Finalized(&finalized);
   // Freeing the window and the communicator is collective; after a failure the peers may never
@@ -162,6 +214,10 @@ void Runtime::begin_call() {
         ": an earlier call failed on this rank; this communicator cannot be used any more"));
   call_buffer_ = nullptr;
   call_bytes_ = 0;
+  if (tracing()) {
+    call_begin_ = Clock::now();
+    call_op_ = "call";
+  }
 }
 
 void Runtime::bind_call_buffer(void* p, std::size_t bytes) {
@@ -200,6 +256,7 @@ void Runtime::release() noexcept {
 
 void Runtime::reserve(std::size_t bytes) {
   if (bytes <= data_bytes_) return;
+  const Span span(*this, "grow the window");
   // Geometric growth: MPI_Win_allocate is slow and collective, so do it rarely.
   const std::size_t grown = std::max(bytes, data_bytes_ + data_bytes_ / 2);
   const std::size_t rounded = (grown + (std::size_t{1} << 16) - 1) & ~((std::size_t{1} << 16) - 1);
@@ -235,6 +292,7 @@ std::uint64_t Runtime::expect(int slot, std::uint64_t n) {
 void Runtime::put(int peer, std::size_t offset, const void* src, std::size_t bytes) {
   FC_CHECK_INTERNAL(offset + bytes <= data_bytes_, "put of ", bytes, " bytes at ", offset,
                     " past the data area (", data_bytes_, " bytes)");
+  const Span span(*this, "put");
   if (transport_ == Transport::p2p) return p2p_put(peer, -1, offset, src, bytes);
   put_bytes(win_, peer, static_cast<MPI_Aint>(kSlots * sizeof(std::uint64_t) + offset), src, bytes);
 }
@@ -316,6 +374,7 @@ void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src, 
   }
   const auto it = buffers_.find(id);
   FC_CHECK_INTERNAL(it != buffers_.end(), "no symmetric buffer ", id);
+  const Span span(*this, "put");
   if (transport_ == Transport::p2p) return p2p_put(peer, id, offset, src, bytes);
   put_bytes(it->second.win, peer, static_cast<MPI_Aint>(offset), src, bytes);
 }
@@ -331,6 +390,7 @@ void Runtime::flush_buffer(int id, int peer) {
 
 void Runtime::signal(int peer, int slot, std::uint64_t add, Sources sources) {
   // rma needs the flush whatever the sources: MPI orders no put before a later accumulate.
+  const Span span(*this, "signal");
   if (transport_ == Transport::p2p) return p2p_signal(peer, slot, add, sources);
   FC_CHECK_MPI(MPI_Win_flush(peer, win_));
   FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer,
@@ -341,6 +401,7 @@ void Runtime::signal(int peer, int slot, std::uint64_t add, Sources sources) {
 
 void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) {
   if (peers.empty()) return;
+  const Span span(*this, "signal");
   if (transport_ == Transport::p2p) {
     for (int peer : peers) p2p_signal(peer, slot, add, Sources::reused);
     return;
@@ -369,6 +430,7 @@ std::uint64_t Runtime::read_slot(int slot) {
 }
 
 void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {
+  const Span span(*this, "wait", what);
   if (transport_ == Transport::p2p) p2p_flush();
   const double limit = env().timeout_s;
   const auto start = Clock::now();
@@ -392,6 +454,7 @@ void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {
 }
 
 void Runtime::wait_requests(std::vector<MPI_Request>& reqs, const std::string& what) {
+  const Span span(*this, "wait", what);
   if (transport_ == Transport::p2p) p2p_flush();
   const double limit = env().timeout_s;
   const auto start = Clock::now();
@@ -759,9 +822,12 @@ void Runtime::p2p_complete(const std::thread::id* who, const int* peer, const st
 }
 
 void Runtime::end_call() {
-  if (transport_ != Transport::p2p) return;
-  p2p_flush();
-  p2p_complete(nullptr, nullptr, "every peer to receive the data this rank sent it in this call");
+  if (transport_ == Transport::p2p) {
+    const Span s(*this, "complete sends");
+    p2p_flush();
+    p2p_complete(nullptr, nullptr, "every peer to receive the data this rank sent it in this call");
+  }
+  if (tracing()) record_span(call_op_, call_begin_, Clock::now());
 }
 
 void Runtime::timeout(const std::string& what) {

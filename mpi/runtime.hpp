@@ -92,6 +92,41 @@ class Runtime {
   bool in_agreement() const noexcept { return in_agreement_; }
   void set_agreement(bool on) noexcept { in_agreement_ = on; }
 
+  // Tracing (FUSEDCOLL_TRACE; docs/mpi.md, "Tracing"): spans, one per call, one per wait, put and
+  // signal, and one per phase the schedules name, on one track per thread of this rank, written
+  // at destruction as a Chrome/Perfetto trace of its own per rank. They place a call's wall time
+  // among its phases (the cost model's validation, docs/results.md). Off, a span costs one
+  // branch: the clock is not read.
+  bool tracing() const noexcept { return !trace_path_.empty(); }
+  /// The name of the call under way (its span ends in `end_call`).
+  void trace_call(const std::string& op);
+  class Span {
+   public:
+    template <class Name>
+    Span(Runtime& rt, const Name& name) : rt_(rt.tracing() ? &rt : nullptr) {
+      if (!rt_) return;
+      name_ = name;
+      begin_ = std::chrono::steady_clock::now();
+    }
+    /// "prefix: detail", the string built only when tracing.
+    Span(Runtime& rt, const char* prefix, const std::string& detail)
+        : rt_(rt.tracing() ? &rt : nullptr) {
+      if (!rt_) return;
+      name_ = std::string(prefix) + ": " + detail;
+      begin_ = std::chrono::steady_clock::now();
+    }
+    ~Span() {
+      if (rt_) rt_->record_span(std::move(name_), begin_, std::chrono::steady_clock::now());
+    }
+    Span(const Span&) = delete;
+    Span& operator=(const Span&) = delete;
+
+   private:
+    Runtime* rt_;
+    std::string name_;
+    std::chrono::steady_clock::time_point begin_;
+  };
+
   /// Every rank's `blob` (index = rank), exchanged with nonblocking collectives and a timeout:
   /// the hidden rendezvous at the start of every call.
   std::vector<std::string> exchange(const std::string& blob);
@@ -210,6 +245,9 @@ class Runtime {
   std::uint64_t read_slot(int slot);
   void put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, std::size_t bytes);
   [[noreturn]] void timeout(const std::string& what);
+  void record_span(std::string name, std::chrono::steady_clock::time_point begin,
+                   std::chrono::steady_clock::time_point end);
+  void write_trace() const noexcept;
 
   // p2p transport (runtime.cpp, "p2p").
   struct Header {
@@ -296,6 +334,19 @@ class Runtime {
   int data_tags_ = 1;
   bool failed_ = false;
   bool in_agreement_ = false;
+  // tracing
+  struct TraceSpan {
+    std::string name;
+    double begin_us = 0, dur_us = 0;
+    int tid = 0;
+  };
+  std::string trace_path_;  // this rank's file; empty: off
+  std::chrono::steady_clock::time_point trace_origin_;
+  std::chrono::steady_clock::time_point call_begin_;  // host thread only, as call_op_
+  std::string call_op_;
+  std::mutex trace_mu_;
+  std::vector<TraceSpan> spans_;
+  std::map<std::thread::id, int> trace_tids_;  // track per thread, in order of first span
 };
 
 }  // namespace fusedcoll::mpi
