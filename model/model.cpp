@@ -42,6 +42,8 @@ const char* to_string(Kernel k) noexcept {
       return "encode_fp8";
     case Kernel::decode_fp8:
       return "decode_fp8";
+    case Kernel::amax:
+      return "amax";
   }
   return "?";
 }
@@ -109,7 +111,7 @@ Work reduce(std::int64_t count, std::int64_t elem_bytes) {
 
 Work copy(std::int64_t bytes) { return {Kernel::copy, 0, 2 * d(bytes)}; }
 
-Work amax(std::int64_t count) { return {Kernel::reduce, d(count), 4 * d(count)}; }
+Work amax(std::int64_t count) { return {Kernel::amax, d(count), 4 * d(count)}; }
 
 Work encode(WireFormat format, std::int64_t count, bool scaled) {
   if (format == WireFormat::none) return copy(4 * count);

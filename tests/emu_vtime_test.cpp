@@ -335,6 +335,31 @@ TEST(EmuVirtualTime, KernelLaunchesCost) {
   EXPECT_DOUBLE_EQ(world.virtual_seconds(0), 15e-6);
 }
 
+TEST(EmuVirtualTime, TheAmaxPassCostsItsOwnEfficiency) {
+  // A scaled fp8 AllReduce of 4096 values on 2 devices of one compute unit: the amax pass reads
+  // 16384 bytes at 1 GB/s (its 4096 operations at 1 GFLOP/s take less), 16.384 us at efficiency
+  // 1, twice that at 0.5, before anything else of the call, on both devices alike. No other
+  // kernel uses efficiency.amax, so the call's time grows by exactly 16.384 us.
+  auto call = [](double amax_efficiency) {
+    WorldOptions o = virtual_world(2, 1);
+    auto p = std::make_shared<fc::model::Preset>(*o.model);
+    p->efficiency[static_cast<int>(fc::model::Kernel::amax)] = amax_efficiency;
+    o.model = p;
+    World world(o);
+    world.run([](fc::Communicator& comm) {
+      std::vector<float> send(4096), recv(4096);
+      for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(i % 13) - 6.0f;
+      fc::AllReduceArgs a{send.data(), recv.data(), 4096, fc::DType::f32, fc::ReduceOp::sum,
+                          fc::AllReduceAlgo::direct};
+      a.wire.format = fc::WireFormat::fp8_e4m3;
+      fc::all_reduce(comm, a);
+    });
+    return finish(world);
+  };
+  const double fast = call(1), slow = call(0.5);
+  EXPECT_NEAR(slow - fast, 16.384e-6, 1e-12);
+}
+
 TEST(EmuVirtualTime, BarrierMeetsAtTheLatestRank) {
   World world(virtual_world(2, 1));
   world.run([&](fc::Communicator& comm) {
@@ -506,6 +531,10 @@ TEST(EmuVirtualTime, BadPresetsAreRejectedByName) {
   bad->links.peer_gbps = -1;
   o.model = bad;
   fails(o, "peer_gbps");
+  auto no_amax = std::make_shared<fc::model::Preset>(round_preset(1));
+  no_amax->efficiency[static_cast<int>(fc::model::Kernel::amax)] = 0;
+  o.model = no_amax;
+  fails(o, "efficiency.amax = 0 is out of range");
 }
 
 TEST(EmuVirtualTime, WallClockHasNoVirtualTime) {

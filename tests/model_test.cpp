@@ -133,10 +133,17 @@ TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   // amax of 2000 values: 8000 bytes read; over the whole device (4 GB/s) 2 us, after the 3 us
   // launch.
   const m::Work a = m::amax(2000);
-  EXPECT_EQ(a.kernel, m::Kernel::reduce);
+  EXPECT_EQ(a.kernel, m::Kernel::amax);
   EXPECT_EQ(a.flops, 2000.0);
   EXPECT_EQ(a.bytes, 8000.0);
   EXPECT_DOUBLE_EQ(m::device_seconds(toy(), a), 5e-6);
+  // Its own efficiency, not reduce's: at 0.25 the pass takes 8 us, on a CU (2 GB/s) 16 us.
+  m::Preset slow = toy();
+  slow.efficiency[static_cast<int>(m::Kernel::amax)] = 0.25;
+  slow.efficiency[static_cast<int>(m::Kernel::reduce)] = 4;
+  EXPECT_DOUBLE_EQ(m::device_seconds(slow, a), 11e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(slow, a), 16e-6);
+  EXPECT_STREQ(m::to_string(m::Kernel::amax), "amax");
 }
 
 TEST(Model, TransferInsideAndAcrossNodes) {
@@ -229,6 +236,12 @@ TEST(Model, RejectsBadFilesNamingTheField) {
               HasSubstr("device.memory_gbps = 0 is out of range"));
   EXPECT_THAT(parse_error(edit(good, "nic_us", "nic_us = -1")), HasSubstr("links.nic_us = -1"));
   EXPECT_THAT(parse_error(edit(good, "gemm =", "gemm = 5")), HasSubstr("efficiency.gemm = 5"));
+  EXPECT_THAT(parse_error(edit(good, "amax =", "")),
+              HasSubstr("missing field 'efficiency.amax' (in [efficiency])"));
+  EXPECT_THAT(parse_error(edit(good, "amax =", "amax = -0.5")),
+              HasSubstr("efficiency.amax = -0.5 is out of range: it must be a number in (0, 4]"));
+  EXPECT_THAT(parse_error(edit(good, "amax =", "amax = 0")),
+              HasSubstr("efficiency.amax = 0 is out of range"));
   // Unknown names: a field, a section, a topology.
   EXPECT_THAT(parse_error(edit(good, "cu_gflops", "cu_glops = 3")),
               HasSubstr("unknown field 'device.cu_glops' (the fields of [device]: compute_units"));

@@ -85,8 +85,10 @@ enum class Kernel : std::uint8_t {
   decode_bf16,
   encode_fp8,
   decode_fp8,
+  /// The scaled wires' pass over the input for its largest magnitude (read only).
+  amax,
 };
-inline constexpr int kKernels = 11;
+inline constexpr int kKernels = 12;
 /// The kernel's name as a preset's `[efficiency]` key writes it ("gemm", "encode_f16", ...).
 const char* to_string(Kernel k) noexcept;
 
@@ -112,7 +114,7 @@ Work reduce(std::int64_t count, std::int64_t elem_bytes = 4);
 /// A copy of `bytes` bytes (unpacking a received buffer, a local result into place).
 Work copy(std::int64_t bytes);
 /// The largest magnitude of `count` f32 values (the compressed wire's scale agreement): a
-/// read-only pass, priced as a reduction (one operation and 4 bytes read per element).
+/// read-only pass, one operation and 4 bytes read per element, at `efficiency.amax`.
 Work amax(std::int64_t count);
 /// Encoding `count` f32 values to `format` (scaled: one more multiply per element).
 Work encode(WireFormat format, std::int64_t count, bool scaled = false);
