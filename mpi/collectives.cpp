@@ -100,10 +100,14 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
   const std::size_t es = dtype_size(a.dtype);
   const std::int64_t maxc = chunk_of(a.count, P, 0).length;
   // One mailbox per step, so a fast predecessor never overwrites a chunk not yet folded.
+  // [ mailboxes: (P - 1) x maxc | gather: count | running value: maxc (P > 2) ]
   const std::size_t gather_at = nbytes(maxc * (P - 1), es);
-  rt.reserve(gather_at + nbytes(a.count, es));
+  const std::size_t acc_at = gather_at + nbytes(a.count, es);
+  rt.reserve(acc_at + (P > 2 ? nbytes(maxc, es) : 0));
   const int step = rt.slots("all_reduce.ring", P - 1);
-  std::vector<char> acc(nbytes(maxc, es));
+  // The running value lives in the window, which persists from call to call: a fresh vector
+  // per call (zeroed, its pages faulted in) took 2x the call's fold time at 64 MiB.
+  char* const acc = rt.data() + acc_at;
   // Step 0 sends our own chunk (me - 1); step s > 0 sends the running value received at s - 1.
   {
     const Chunk ch = chunk_of(a.count, P, (me + P - 1) % P);
@@ -115,12 +119,12 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
     const Chunk ch = chunk_of(a.count, P, c);
     rt.wait(step + s, rt.expect(step + s, 1),
             detail::make_string("all_reduce.ring step ", s, " from rank ", prev));
-    char* dst = s + 2 < P ? acc.data() : rt.data() + gather_at + nbytes(ch.offset, es);
+    char* dst = s + 2 < P ? acc : rt.data() + gather_at + nbytes(ch.offset, es);
     // The received running value is the left operand (semantics.md, ring).
     combine(rt, dst, rt.data() + nbytes(maxc * s, es), at(a.send, ch.offset, es), ch.length, a,
             s + 2 == P);
     if (s + 2 < P) {
-      rt.put(next, nbytes(maxc * (s + 1), es), acc.data(), nbytes(ch.length, es));
+      rt.put(next, nbytes(maxc * (s + 1), es), acc, nbytes(ch.length, es));
       rt.signal(next, step + s + 1);
     }
   }
