@@ -782,6 +782,7 @@ struct KernelTable {
   void (*gemv)(const GemvArgs&) noexcept;
   void (*gemm)(const GemmArgs&) noexcept;
   void (*reduce)(const ReduceArgs&) noexcept;
+  int gemm_rows;  // the GEMM micro-kernel's rows (Isa::kGemmMr)
 };
 
 // One set of entry points per instruction set; `attr` compiles the inlined templates for it.
@@ -796,7 +797,7 @@ struct KernelTable {
   attr void gemm_##Isa(const GemmArgs& a) noexcept { gemm_impl<Isa>(a); }                        \
   attr void reduce_##Isa(const ReduceArgs& a) noexcept { reduce_impl<Isa>(a); }                  \
   constexpr KernelTable kTable_##Isa = {&embedding_i64_##Isa, &embedding_i32_##Isa, &gemv_##Isa, \
-                                        &gemm_##Isa, &reduce_##Isa};
+                                        &gemm_##Isa, &reduce_##Isa, Isa::kGemmMr};
 
 FC_KERNEL_ENTRIES(IsaBase, )
 #if FC_KERNELS_X86
@@ -859,6 +860,8 @@ void gemm_tile(const float* a, std::int64_t lda, const float* b, std::int64_t ld
                std::int64_t ldc, std::int64_t rows, std::int64_t cols, std::int64_t k) noexcept {
   kernels().gemm({a, lda, b, ldb, c, ldc, rows, cols, k});
 }
+
+int gemm_tile_row_block() noexcept { return kernels().gemm_rows; }
 
 void reduce_into(void* acc, const void* v, std::int64_t count, DType dtype, ReduceOp op) noexcept {
   FC_DASSERT(dtype == DType::f32 || dtype == DType::i32 || dtype == DType::i64,

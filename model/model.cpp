@@ -90,8 +90,12 @@ CodecCost codec_cost(WireFormat f) {
 }  // namespace
 
 Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k) {
-  return {Kernel::gemm, 2 * d(rows) * d(cols) * d(k),
-          4 * (d(rows) * d(k) + d(k) * d(cols) + d(rows) * d(cols))};
+  return {Kernel::gemm,
+          2 * d(rows) * d(cols) * d(k),
+          4 * (d(rows) * d(k) + d(k) * d(cols) + d(rows) * d(cols)),
+          rows,
+          cols,
+          k};
 }
 
 Work gemv(std::int64_t m, std::int64_t k, std::int64_t n) {
@@ -143,6 +147,15 @@ std::array<Work, 3> wire_reduce(WireFormat format, std::int64_t count, bool scal
 double seconds(const Preset& p, const Work& w) {
   const double rate = p.device.cu_gflops * 1e9;
   const double bandwidth = p.device.memory_gbps * 1e9 / p.device.compute_units;
+  const int block = p.device.gemm_pack_rows;
+  if (w.kernel == Kernel::gemm && block > 0 && w.rows > 0 && w.cols > 0 && w.k > 0) {
+    // gemm_tile packs B's panel before any arithmetic, and its micro-kernel computes whole
+    // blocks of rows: a partial tile costs nearly a whole one (measured: 8 rows of a 16 x 64,
+    // K = 1024 tile take 0.73 of its time, 1 row 0.78; docs/results.md).
+    const double padded = d((w.rows + block - 1) / block * block);
+    const double pack = copy(w.k * w.cols * 4).bytes / bandwidth / p.efficiency_of(Kernel::copy);
+    return pack + 2 * padded * d(w.cols) * d(w.k) / rate / p.efficiency_of(Kernel::gemm);
+  }
   return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
 }
 
@@ -188,6 +201,7 @@ struct Field {
   double lo, hi;
   bool lo_open;  // lo itself is not allowed
   const char* unit;
+  bool optional = false;  // may be left out: then the struct's default (documented) holds
 };
 
 // The efficiency fields come after these, one per Kernel.
@@ -199,6 +213,7 @@ constexpr Field kFields[] = {
     {"device", "memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"device", "launch_us", Type::number, 0, 1e6, false, "us"},
     {"device", "node_memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
+    {"device", "gemm_pack_rows", Type::integer, 0, 64, false, "", true},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
@@ -261,6 +276,7 @@ double* number_slot(Preset& p, const std::string& field) {
 int* integer_slot(Preset& p, const std::string& field) {
   if (field == "device.compute_units") return &p.device.compute_units;
   if (field == "device.resident_wgs_per_cu") return &p.device.resident_wgs_per_cu;
+  if (field == "device.gemm_pack_rows") return &p.device.gemm_pack_rows;
   if (field == "links.gpus_per_node") return &p.links.gpus_per_node;
   return nullptr;
 }
@@ -358,7 +374,7 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
   }
   for (const Field& f : kFields) {
     const std::string field = full_name(f.section, f.key);
-    require(seen.count(field), where, "missing field '", field, "'",
+    require(f.optional || seen.count(field), where, "missing field '", field, "'",
             f.section[0] ? std::string(" (in [") + f.section + "])" : std::string());
   }
   for (int k = 0; k < kKernels; ++k) {
@@ -399,7 +415,8 @@ std::string to_text(const Preset& p) {
       << "cu_gflops = " << p.device.cu_gflops << "\n"
       << "memory_gbps = " << p.device.memory_gbps << "\n"
       << "launch_us = " << p.device.launch_us << "\n"
-      << "node_memory_gbps = " << p.device.node_memory_gbps << "\n\n[links]\n"
+      << "node_memory_gbps = " << p.device.node_memory_gbps << "\n"
+      << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"

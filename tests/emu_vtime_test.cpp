@@ -12,6 +12,7 @@
 
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
+#include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -358,6 +359,40 @@ TEST(EmuVirtualTime, TheAmaxPassCostsItsOwnEfficiency) {
   };
   const double fast = call(1), slow = call(0.5);
   EXPECT_NEAR(slow - fast, 16.384e-6, 1e-12);
+}
+
+/// Virtual seconds of one launch whose single workgroup computes one `rows x 10` gemm tile with
+/// K = 100 on the round machine, `gemm_pack_rows` set as given.
+double one_gemm_tile(std::int64_t rows, int pack_rows) {
+  WorldOptions o = virtual_world(1, 1);
+  fc::model::Preset p = *o.model;
+  p.device.gemm_pack_rows = pack_rows;
+  o.model = std::make_shared<const fc::model::Preset>(p);
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    std::vector<float> a(static_cast<std::size_t>(rows) * 100, 1.0f), b(100 * 10, 2.0f),
+        c(static_cast<std::size_t>(rows) * 10);
+    rk.launch("gemm", 1, [&](WgContext& wg) -> WgTask {
+      wg.compute("gemm", {fc::model::gemm(rows, 10, 100)}, [&] {
+        fc::detail::gemm_tile(a.data(), 100, b.data(), 10, c.data(), 10, rows, 10, 100);
+      });
+      co_return;
+    });
+    EXPECT_EQ(c[0], 200.0f);
+  });
+  return world.virtual_seconds(0);
+}
+
+TEST(EmuVirtualTime, PackedGemmTilesCostTheirPanelAndWholeRowBlocks) {
+  // The roofline: 2·5·10·100 = 10,000 flops at 1 GFLOP/s (10 us) against 6,200 bytes at 1 GB/s;
+  // after the 5 us launch.
+  EXPECT_DOUBLE_EQ(one_gemm_tile(5, 0), 15e-6);
+  // Packed in blocks of 4 rows: the panel of B (100 x 10 floats) copied, 8,000 bytes at 1 GB/s
+  // (8 us), then 8 rows of arithmetic, 16,000 flops (16 us).
+  EXPECT_DOUBLE_EQ(one_gemm_tile(5, 4), 29e-6);
+  EXPECT_DOUBLE_EQ(one_gemm_tile(8, 4), 29e-6);
+  EXPECT_DOUBLE_EQ(one_gemm_tile(1, 4), 21e-6);  // 8 us + 4 rows (8 us) + 5 us
 }
 
 TEST(EmuVirtualTime, BarrierMeetsAtTheLatestRank) {

@@ -118,6 +118,29 @@ TEST(Model, RooflineByHand) {
   EXPECT_DOUBLE_EQ(m::launch_seconds(p), 3e-6);
 }
 
+TEST(Model, PackedGemmTileByHand) {
+  m::Preset p = toy();  // a CU: 1 GFLOP/s, 2 GB/s; gemm efficiency 0.5, copy 1
+  const m::Work g = m::gemm(5, 10, 10);
+  EXPECT_EQ(g.rows, 5);
+  EXPECT_EQ(g.cols, 10);
+  EXPECT_EQ(g.k, 10);
+  EXPECT_EQ(m::copy(100).rows, 0);
+  // gemm_pack_rows 0: the roofline, 1,000 flops at 1 GFLOP/s over 0.5.
+  EXPECT_DOUBLE_EQ(m::seconds(p, g), 2e-6);
+  p.device.gemm_pack_rows = 4;
+  // The panel of B (10 x 10 floats) copied: 800 bytes at 2 GB/s, 0.4 us; then 8 rows (two
+  // blocks of 4) of arithmetic: 1,600 flops at 1 GFLOP/s over 0.5, 3.2 us.
+  EXPECT_DOUBLE_EQ(m::seconds(p, g), 3.6e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(8, 10, 10)), 3.6e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(9, 10, 10)), 0.4e-6 + 4.8e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(1, 10, 10)), 0.4e-6 + 1.6e-6);
+  p.efficiency[static_cast<int>(m::Kernel::copy)] = 2;  // the packing is a copy
+  EXPECT_DOUBLE_EQ(m::seconds(p, g), 3.4e-6);
+  // Other kernels, and a Work without the tile's shape, keep the roofline.
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::copy(1000)), 0.5e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::Work{m::Kernel::gemm, 1000, 0}), 2e-6);
+}
+
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   m::Preset p = toy();
   EXPECT_TRUE(m::shares_node_memory(p));
@@ -173,6 +196,11 @@ TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
   EXPECT_EQ(mi.device.compute_units, 110);
   EXPECT_EQ(mi.links.gpus_per_node, 8);
   EXPECT_EQ(m::load_preset("h100").links.peer_topology, m::PeerTopology::switched);
+  // The GPU presets leave gemm_pack_rows out (the roofline); host packs in rows of the
+  // micro-kernel.
+  EXPECT_EQ(mi.device.gemm_pack_rows, 0);
+  EXPECT_EQ(m::load_preset("h100").device.gemm_pack_rows, 0);
+  EXPECT_GT(m::load_preset("host").device.gemm_pack_rows, 0);
 }
 
 TEST(Model, PresetFromAFile) {
@@ -228,6 +256,20 @@ TEST(Model, RejectsBadFilesNamingTheField) {
               HasSubstr("links.put_cu_share = 1.5 is out of range: it must be a number in [0, 1]"));
   EXPECT_THAT(parse_error(edit(good, "put_cu_share", "put_cu_share = -0.1")),
               HasSubstr("links.put_cu_share = -0.1 is out of range"));
+  // gemm_pack_rows is optional (0), and an integer in [0, 64].
+  EXPECT_EQ(m::parse_preset(good, "test").device.gemm_pack_rows, 0);
+  const std::string packed =
+      edit(good, "node_memory_gbps", "node_memory_gbps = 26800\ngemm_pack_rows = 8");
+  EXPECT_EQ(m::parse_preset(packed, "test").device.gemm_pack_rows, 8);
+  EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
+              HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
+                        "64]"));
+  EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = 65")),
+              HasSubstr("device.gemm_pack_rows = 65 is out of range"));
+  EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = 2.5")),
+              HasSubstr("device.gemm_pack_rows = 2.5 is not an integer"));
+  EXPECT_THAT(parse_error(packed + "[device]\ngemm_pack_rows = 4\n"),
+              HasSubstr("field 'device.gemm_pack_rows' repeats line"));
   // A negative or zero bandwidth, a negative latency, an efficiency above 4.
   EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
               HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "
@@ -276,6 +318,14 @@ TEST(Model, ValidateChecksPresetsBuiltInCode) {
   p = toy();
   p.device.compute_units = 0;
   EXPECT_THROW(m::validate(p), fc::InvalidArgument);
+  p = toy();
+  p.device.gemm_pack_rows = -2;
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "a negative gemm_pack_rows passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device.gemm_pack_rows = -2 is out of range"));
+  }
   p = toy();
   p.device.node_memory_gbps = 0;  // a preset built in code before the field existed
   try {

@@ -37,6 +37,13 @@ struct Device {
   /// limits one. When it is less (the devices of `host` are cores of one machine), the node's
   /// memory is a resource its devices share: see `shares_node_memory`.
   double node_memory_gbps = 0;
+  /// How `gemm` tiles are priced. 0 (the GPU presets): the roofline of the tile's flops and bytes,
+  /// a workgroup's loads overlapping its arithmetic. r > 0: `detail::gemm_tile`'s packed CPU
+  /// form, whose micro-kernel computes r rows at a time (`detail::gemm_tile_row_block`): the tile
+  /// first copies its `k x cols` panel of B into a contiguous buffer (priced as a `copy` of those
+  /// bytes, not overlapped), then computes `ceil(rows / r) * r` rows at the `gemm` efficiency, so
+  /// a tile's cost has a part that does not shrink with its rows. Optional in a preset file (0).
+  int gemm_pack_rows = 0;
 };
 
 /// How the devices of a node reach each other.
@@ -97,10 +104,13 @@ struct Work {
   Kernel kernel = Kernel::copy;
   double flops = 0;
   double bytes = 0;
+  /// A `gemm` tile's shape (set by `gemm`; 0 elsewhere): what a preset with
+  /// `Device::gemm_pack_rows` prices instead of the roofline.
+  std::int64_t rows = 0, cols = 0, k = 0;
 };
 
 /// `detail::gemm_tile` of `rows x cols`, inner dimension `k`: 2·rows·cols·k flops; reads A's
-/// rows and B's panel, writes C.
+/// rows and B's panel, writes C. Carries the shape for `Device::gemm_pack_rows`.
 Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k);
 /// `detail::gemv_rows` of `n` output columns for `m` input rows and inner dimension `k`: streams
 /// `n x k` of W.
@@ -147,7 +157,9 @@ struct Preset {
   double efficiency_of(Kernel k) const { return efficiency[static_cast<int>(k)]; }
 };
 
-/// Seconds `w` takes on one compute unit of `p`'s device (its roofline over its efficiency).
+/// Seconds `w` takes on one compute unit of `p`'s device: its roofline over its efficiency, or
+/// for a `gemm` tile on a device with `gemm_pack_rows`, its panel copy plus its whole
+/// micro-kernel rows of arithmetic.
 double seconds(const Preset& p, const Work& w);
 /// Whether the devices of a node share its memory: `node_memory_gbps` below `gpus_per_node`
 /// times `memory_gbps`. Only then does the node's memory limit its devices (`node_memory_seconds`;

@@ -40,6 +40,10 @@ void gemv_rows(const float* w, std::int64_t ldw, const float* x, std::int64_t ld
 /// pointers to the tile's corner.
 void gemm_tile(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                std::int64_t ldc, std::int64_t rows, std::int64_t cols, std::int64_t k) noexcept;
+/// Rows of `gemm_tile`'s micro-kernel on this CPU (the instruction set it dispatches to): a tile
+/// of r rows costs ceil(r / this) whole micro-kernel rows of arithmetic, after packing its panel
+/// of `b`. The cost model's `device.gemm_pack_rows` for this machine (docs/simulation.md).
+int gemm_tile_row_block() noexcept;
 
 /// `acc[i] = acc[i] (op) v[i]` for `count` elements of `dtype` (f32, i32 or i64), operand order as
 /// written (it matters for NaN payloads). `avg` accumulates like `sum`; see `finish_average`.
