@@ -297,6 +297,33 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
   }
 
+  // The same 16-row tile with its panel in memory, not cache: each call takes a panel of the next
+  // of 32 experts' weights (64 MiB in all), so a panel comes back only after 64 MiB of others.
+  // GemmAllToAll's first tile on each panel of a call packs it so (the model's
+  // `device.gemm_cold_gbps`).
+  constexpr int64_t kColdExperts = 32;
+  Buffer<float> cold_w = make_buffer<float>(kColdExperts * kTileK * kTileN);
+  fill_uniform(cold_w.get(), kColdExperts * kTileK * kTileN, rng);
+  benchmark::RegisterBenchmark(
+      "gemm_tile/op16x64x1024/cold",
+      [&](benchmark::State& state) {
+        int64_t i = 0;
+        for (auto _ : state) {
+          const int64_t expert = i % kColdExperts, panel = (i / kColdExperts) % (kTileN / kTileCols);
+          fusedcoll::detail::gemm_tile(ta.get(), kTileK,
+                                       cold_w.get() + expert * kTileK * kTileN + panel * kTileCols,
+                                       kTileN, tc.get() + panel * kTileCols, kTileN, kTileRows,
+                                       kTileCols, kTileK);
+          benchmark::DoNotOptimize(tc.get());
+          benchmark::ClobberMemory();
+          ++i;
+        }
+        state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kTileRows * kTileCols * kTileK * 1e-9,
+                                                       benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+
   // --- Embedding: one table, `bags` bags of `bag_len` uniform random rows, sum pooling ---
   const int64_t dim = sz.dim;
   const int64_t bags = sz.bags;

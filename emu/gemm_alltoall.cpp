@@ -32,6 +32,7 @@
 // of each call keeps a fast rank from overwriting a receive buffer a peer is still unpacking.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -67,9 +68,28 @@ void unpack(const Plan& pl, int h, const float* slice, const OutRef& out, std::i
   }
 }
 
+/// The panels (local expert, column block) a kernel has used on this device: the first tile on
+/// each reads its panel from memory (model::Work::first_touch). Atomic because wall-clock
+/// workgroups run on several threads; in virtual time they run one at a time, in virtual-time
+/// order, so which tile comes first is deterministic.
+class Touched {
+ public:
+  explicit Touched(const Plan& pl)
+      : panels_(fusedcoll::detail::ceil_div(pl.N, kColBlock)),
+        seen_(static_cast<std::size_t>(std::max<std::int64_t>(
+            1, static_cast<std::int64_t>(pl.experts_of[pl.me].size()) * panels_))) {}
+  bool first(const Tile& tl) {
+    return seen_[static_cast<std::size_t>(tl.j * panels_ + tl.n0 / kColBlock)].exchange(1) == 0;
+  }
+
+ private:
+  std::int64_t panels_;
+  std::vector<std::atomic<unsigned char>> seen_;
+};
+
 /// The cost model's view of `compute_tile`.
-model::Work tile_work(const Plan& pl, const Tile& tl) {
-  return model::gemm(tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K);
+model::Work tile_work(const Plan& pl, const Tile& tl, Touched& touched) {
+  return model::gemm(tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K, touched.first(tl));
 }
 
 /// Rows `unpack(pl, h, ..., first, step)` copies.
@@ -91,6 +111,7 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& expe
     target[h] = rk.expect(from + h, static_cast<std::uint64_t>(pl.tiles(h, me)));
   const std::vector<Tile> tiles = pl.fused_tiles();
   const int grid = grid_for(rk, tiles.size());
+  Touched touched(pl);
   rk.launch("gemm_alltoall scale_up", grid, [&](WgContext& wg) -> WgTask {
     std::vector<float> buf(static_cast<std::size_t>(kRowBlock * std::min(kColBlock, pl.N)));
     for (;;) {
@@ -98,7 +119,7 @@ void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& expe
       if (i >= tiles.size()) break;
       const Tile& tl = tiles[i];
       const std::int64_t nr = tl.r1 - tl.r0, nc = tl.n1 - tl.n0;
-      wg.compute("gemm", {tile_work(pl, tl)},
+      wg.compute("gemm", {tile_work(pl, tl, touched)},
                  [&] { compute_tile(pl, experts[tl.j], tl, buf.data(), nc); });
       const OutRef& o = outs[tl.s];
       float* dst = o.data + (pl.o0[tl.s][pl.experts_of[me][tl.j]] + tl.r0) * o.ld + tl.n0;
@@ -133,6 +154,7 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
   const std::vector<Tile> tiles = pl.fused_tiles();
   const int grid = grid_for(rk, tiles.size());
   const std::int64_t N = pl.N;
+  Touched touched(pl);
   rk.launch("gemm_alltoall scale_out", grid, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
     // Phase 1: tiles. Remote ones fill s's staging slice; the slice's last WG sends it.
@@ -143,12 +165,12 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
       const int e = pl.experts_of[me][tl.j];
       if (tl.s == me) {
         float* dst = mine.data + (pl.o0[me][e] + tl.r0) * mine.ld + tl.n0;
-        wg.compute("gemm", {tile_work(pl, tl)},
+        wg.compute("gemm", {tile_work(pl, tl, touched)},
                    [&] { compute_tile(pl, experts[tl.j], tl, dst, mine.ld); });
         continue;
       }
       float* slice = st + pl.stage_at[me][tl.s] * N;
-      wg.compute("gemm", {tile_work(pl, tl)}, [&] {
+      wg.compute("gemm", {tile_work(pl, tl, touched)}, [&] {
         compute_tile(pl, experts[tl.j], tl, slice + (pl.so[tl.s][e] + tl.r0) * N + tl.n0, N);
       });
       const std::uint64_t now = wg.add_local(done + tl.s, 1);
@@ -186,6 +208,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
                    [](const Tile& x, const Tile& y) { return x.j < y.j; });  // expert by expert
   const int grid1 = static_cast<int>(
       std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
+  Touched touched(pl);
   rk.launch("expert_gemm", grid1, [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
     for (;;) {
@@ -194,7 +217,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
       const Tile& tl = tiles[i];
       const int e = pl.experts_of[me][tl.j];
       float* dst = st + (pl.stage_at[me][tl.s] + pl.so[tl.s][e] + tl.r0) * N + tl.n0;
-      wg.compute("gemm", {tile_work(pl, tl)},
+      wg.compute("gemm", {tile_work(pl, tl, touched)},
                  [&] { compute_tile(pl, experts[tl.j], tl, dst, N); });
     }
     co_return;

@@ -89,13 +89,14 @@ CodecCost codec_cost(WireFormat f) {
 
 }  // namespace
 
-Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k) {
+Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k, bool first_touch) {
   return {Kernel::gemm,
           2 * d(rows) * d(cols) * d(k),
           4 * (d(rows) * d(k) + d(k) * d(cols) + d(rows) * d(cols)),
           rows,
           cols,
-          k};
+          k,
+          first_touch};
 }
 
 Work gemv(std::int64_t m, std::int64_t k, std::int64_t n) {
@@ -153,7 +154,10 @@ double seconds(const Preset& p, const Work& w) {
     // blocks of rows: a partial tile costs nearly a whole one (measured: 8 rows of a 16 x 64,
     // K = 1024 tile take 0.73 of its time, 1 row 0.78; docs/results.md).
     const double padded = d((w.rows + block - 1) / block * block);
-    const double pack = copy(w.k * w.cols * 4).bytes / bandwidth / p.efficiency_of(Kernel::copy);
+    const double panel = copy(w.k * w.cols * 4).bytes;
+    const double pack = w.first_touch && p.device.gemm_cold_gbps > 0
+                            ? panel / (p.device.gemm_cold_gbps * 1e9)
+                            : panel / bandwidth / p.efficiency_of(Kernel::copy);
     return pack + 2 * padded * d(w.cols) * d(w.k) / rate / p.efficiency_of(Kernel::gemm);
   }
   return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
@@ -214,6 +218,7 @@ constexpr Field kFields[] = {
     {"device", "launch_us", Type::number, 0, 1e6, false, "us"},
     {"device", "node_memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"device", "gemm_pack_rows", Type::integer, 0, 64, false, "", true},
+    {"device", "gemm_cold_gbps", Type::number, 0, 1e6, false, "GB/s", true},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
@@ -264,6 +269,7 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.memory_gbps") return &p.device.memory_gbps;
   if (field == "device.launch_us") return &p.device.launch_us;
   if (field == "device.node_memory_gbps") return &p.device.node_memory_gbps;
+  if (field == "device.gemm_cold_gbps") return &p.device.gemm_cold_gbps;
   if (field == "links.put_us") return &p.links.put_us;
   if (field == "links.put_cu_share") return &p.links.put_cu_share;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
@@ -416,7 +422,8 @@ std::string to_text(const Preset& p) {
       << "memory_gbps = " << p.device.memory_gbps << "\n"
       << "launch_us = " << p.device.launch_us << "\n"
       << "node_memory_gbps = " << p.device.node_memory_gbps << "\n"
-      << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n\n[links]\n"
+      << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n"
+      << "gemm_cold_gbps = " << p.device.gemm_cold_gbps << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"

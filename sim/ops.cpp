@@ -178,7 +178,18 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   const Plan pl(a, rank, c.ranks());
   const int P = pl.P, me = pl.me;
   const std::int64_t N = pl.N;
-  auto cost = [&](const Tile& t) { return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K)); };
+  // The emulator's first touches (emu/gemm_alltoall.cpp, Touched): a kernel's first tile on
+  // each (local expert, column block) reads its panel from memory. The tiles are priced in tile
+  // order; reset per kernel.
+  std::vector<char> touched;
+  auto cost = [&](const Tile& t) {
+    const std::int64_t panels = detail::ceil_div(N, kColBlock);
+    const auto at = static_cast<std::size_t>(t.j * panels + t.n0 / kColBlock);
+    if (touched.size() <= at) touched.resize(at + 1, 0);
+    const bool first = touched[at] == 0;
+    touched[at] = 1;
+    return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K, first));
+  };
   // The emulator's `unpack_rows`: rows of host h's slice that workgroup `first` of `step` copies.
   auto unpack_rows = [&](int h, std::int64_t first, std::int64_t step) {
     std::int64_t n = 0;

@@ -530,6 +530,43 @@ Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int hos
   return out;
 }
 
+/// Virtual seconds of one GemmAllToAll call on one rank: an expert of K = 100 with 32 rows and
+/// N = 128, so 4 tiles of 16 x 64 on 2 panels, on the round machine packing in blocks of 4 rows,
+/// packing a panel from memory at `cold_gbps`.
+double gemm_call(fc::Mode mode, double cold_gbps) {
+  WorldOptions o = virtual_world(1, 1);
+  fc::model::Preset p = *o.model;
+  p.device.gemm_pack_rows = 4;
+  p.device.gemm_cold_gbps = cold_gbps;
+  o.model = std::make_shared<const fc::model::Preset>(p);
+  World world(o);
+  fc::GemmProblem mp;
+  mp.world_size = 1;
+  mp.k = 100;
+  mp.n = 128;
+  mp.host = {0};
+  mp.counts = {32};
+  mp.seed = 5;
+  auto expect = fc::make_world(mp);
+  auto ea = fc::args_of(expect);
+  fc::ref::gemm_alltoall(ea);
+  auto got = fc::make_world(mp);
+  auto ga = fc::args_of(got);
+  world.run([&](fc::Communicator& comm) { fc::gemm_alltoall(comm, ga[0], mode); });
+  EXPECT_TRUE(same(expect[0].output, got[0].output));
+  return world.virtual_seconds(0);
+}
+
+TEST(EmuVirtualTime, AGemmKernelPacksEachPanelFromMemoryOnce) {
+  // 2 of the 4 tiles are their panel's first: each packs 100 x 64 floats (51,200 bytes read and
+  // written) at 0.5 GB/s instead of 1 GB/s, 51.2 us more, on the one compute unit.
+  for (fc::Mode mode : {fc::Mode::unfused, fc::Mode::scale_up, fc::Mode::scale_out}) {
+    SCOPED_TRACE(fc::to_string(mode));
+    EXPECT_NEAR(gemm_call(mode, 0.5) - gemm_call(mode, 0), 2 * 51.2e-6, 1e-12);
+    EXPECT_NEAR(gemm_call(mode, 1) - gemm_call(mode, 0), 0, 1e-12);  // the warm rate
+  }
+}
+
 TEST(EmuVirtualTime, SameTimesForEverySeedAndHostThreadCount) {
   const Outcome base = run_sequence("mi250x", 0, 1);
   for (double t : base.times) EXPECT_GT(t, 0);

@@ -136,6 +136,15 @@ TEST(Model, PackedGemmTileByHand) {
   EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(1, 10, 10)), 0.4e-6 + 1.6e-6);
   p.efficiency[static_cast<int>(m::Kernel::copy)] = 2;  // the packing is a copy
   EXPECT_DOUBLE_EQ(m::seconds(p, g), 3.4e-6);
+  // A first touch packs from memory at gemm_cold_gbps (0: no such term).
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(5, 10, 10, true)), 3.4e-6);
+  p.device.gemm_cold_gbps = 0.5;  // 800 bytes: 1.6 us, efficiencies aside
+  EXPECT_TRUE(m::gemm(5, 10, 10, true).first_touch);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(5, 10, 10, true)), 1.6e-6 + 3.2e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, g), 3.4e-6);
+  p.device.gemm_pack_rows = 0;  // the roofline knows no packing
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(5, 10, 10, true)), 2e-6);
+  p.device.gemm_pack_rows = 4;
   // Other kernels, and a Work without the tile's shape, keep the roofline.
   EXPECT_DOUBLE_EQ(m::seconds(p, m::copy(1000)), 0.5e-6);
   EXPECT_DOUBLE_EQ(m::seconds(p, m::Work{m::Kernel::gemm, 1000, 0}), 2e-6);
@@ -201,6 +210,8 @@ TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
   EXPECT_EQ(mi.device.gemm_pack_rows, 0);
   EXPECT_EQ(m::load_preset("h100").device.gemm_pack_rows, 0);
   EXPECT_GT(m::load_preset("host").device.gemm_pack_rows, 0);
+  EXPECT_GT(m::load_preset("host").device.gemm_cold_gbps, 0);
+  EXPECT_EQ(mi.device.gemm_cold_gbps, 0);
 }
 
 TEST(Model, PresetFromAFile) {
@@ -261,6 +272,15 @@ TEST(Model, RejectsBadFilesNamingTheField) {
   const std::string packed =
       edit(good, "node_memory_gbps", "node_memory_gbps = 26800\ngemm_pack_rows = 8");
   EXPECT_EQ(m::parse_preset(packed, "test").device.gemm_pack_rows, 8);
+  // gemm_cold_gbps likewise (0), a number in [0, 1e6].
+  EXPECT_EQ(m::parse_preset(good, "test").device.gemm_cold_gbps, 0);
+  const std::string cold = edit(packed, "gemm_pack_rows", "gemm_pack_rows = 8\ngemm_cold_gbps = 6.5");
+  EXPECT_EQ(m::parse_preset(cold, "test").device.gemm_cold_gbps, 6.5);
+  EXPECT_THAT(parse_error(edit(cold, "gemm_cold_gbps", "gemm_cold_gbps = -1")),
+              HasSubstr("device.gemm_cold_gbps = -1 is out of range: it must be a number in [0, "
+                        "1e+06] GB/s"));
+  EXPECT_THAT(parse_error(edit(cold, "gemm_cold_gbps", "gemm_cold_gbps = fast")),
+              HasSubstr("device.gemm_cold_gbps = 'fast' is not a number"));
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
                         "64]"));
@@ -325,6 +345,14 @@ TEST(Model, ValidateChecksPresetsBuiltInCode) {
     ADD_FAILURE() << "a negative gemm_pack_rows passed";
   } catch (const fc::InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("device.gemm_pack_rows = -2 is out of range"));
+  }
+  p = toy();
+  p.device.gemm_cold_gbps = -3;
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "a negative gemm_cold_gbps passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device.gemm_cold_gbps = -3 is out of range"));
   }
   p = toy();
   p.device.node_memory_gbps = 0;  // a preset built in code before the field existed

@@ -44,6 +44,12 @@ struct Device {
   /// bytes, not overlapped), then computes `ceil(rows / r) * r` rows at the `gemm` efficiency, so
   /// a tile's cost has a part that does not shrink with its rows. Optional in a preset file (0).
   int gemm_pack_rows = 0;
+  /// With `gemm_pack_rows`: the rate of a tile's panel packing when the panel comes from memory,
+  /// not cache (`Work::first_touch`: the kernel's first tile on that panel of that expert), GB/s
+  /// read plus written, per compute unit. A strided read of `k` rows of `4 * cols` bytes, bound
+  /// by the memory's latency, far below `memory_gbps`. Optional in a preset file; 0: no such
+  /// term (every packing at the warm rate).
+  double gemm_cold_gbps = 0;
 };
 
 /// How the devices of a node reach each other.
@@ -107,11 +113,15 @@ struct Work {
   /// A `gemm` tile's shape (set by `gemm`; 0 elsewhere): what a preset with
   /// `Device::gemm_pack_rows` prices instead of the roofline.
   std::int64_t rows = 0, cols = 0, k = 0;
+  /// A `gemm` tile whose panel of B its kernel has not used before on this device: its packing
+  /// reads the panel from memory (`Device::gemm_cold_gbps`). The kernel's working set (its
+  /// experts' weights) is assumed to exceed the cache, as between two calls of an operator.
+  bool first_touch = false;
 };
 
 /// `detail::gemm_tile` of `rows x cols`, inner dimension `k`: 2·rows·cols·k flops; reads A's
 /// rows and B's panel, writes C. Carries the shape for `Device::gemm_pack_rows`.
-Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k);
+Work gemm(std::int64_t rows, std::int64_t cols, std::int64_t k, bool first_touch = false);
 /// `detail::gemv_rows` of `n` output columns for `m` input rows and inner dimension `k`: streams
 /// `n x k` of W.
 Work gemv(std::int64_t m, std::int64_t k, std::int64_t n);
