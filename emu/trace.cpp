@@ -4,12 +4,10 @@
 #include "emu/trace.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
-#include <iomanip>
 #include <mutex>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "emu/state.hpp"
 
@@ -76,33 +74,14 @@ std::string track_name(int tid) {
 }  // namespace
 
 void World::State::write_trace() {
-  std::ofstream out(trace_path);
-  if (!out) {
-    std::fprintf(stderr, "fusedcoll: cannot write trace to '%s'\n", trace_path.c_str());
-    return;
-  }
-  // Microsecond timestamps with fixed decimals: the default 6 significant digits would merge
-  // adjacent events after 0.1 s and turn later ones into exponents.
-  out << std::fixed << std::setprecision(3) << "{\"traceEvents\":[\n";
   // A track per arena slot that ran work (oneTBB numbers the slots of a C-thread arena from 0 to
   // C, so which slots appear depends on which threads joined).
-  std::set<std::pair<int, int>> tracks;
-  for (const auto& e : trace) tracks.insert({e.pid, e.tid});
-  bool first = true;
-  for (int r = 0; r < size; ++r) {
-    out << (first ? "" : ",\n") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r
-        << ",\"args\":{\"name\":\"device " << r << "\"}}";
-    first = false;
-  }
-  for (const auto& [pid, tid] : tracks)
-    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
-        << ",\"args\":{\"name\":\""
-        << track_name(tid) << "\"}}";
-  for (const auto& e : trace)
-    out << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"" << e.category
-        << "\",\"ph\":\"X\",\"pid\":" << e.pid << ",\"tid\":" << e.tid << ",\"ts\":" << e.ts_us
-        << ",\"dur\":" << e.dur_us << "}";
-  out << "\n]}\n";
+  std::set<std::pair<int, int>> used;
+  for (const auto& e : trace) used.insert({e.pid, e.tid});
+  std::vector<fusedcoll::detail::TraceName> processes, tracks;
+  for (int r = 0; r < size; ++r) processes.push_back({r, 0, "device " + std::to_string(r)});
+  for (const auto& [pid, tid] : used) tracks.push_back({pid, tid, track_name(tid)});
+  fusedcoll::detail::write_chrome_trace(trace_path, processes, tracks, trace);
 }
 
 }  // namespace fusedcoll::emu

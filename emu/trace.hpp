@@ -9,6 +9,7 @@
 #include <string>
 
 #include "emu/scheduler.hpp"
+#include "fusedcoll/detail/chrome_trace.hpp"
 
 namespace fusedcoll::emu::impl {
 
@@ -19,14 +20,7 @@ inline constexpr int kKernelTrack = 900;
 inline constexpr int kLinkTrack = 1000;
 inline constexpr int kNicTrack = 1999;
 
-struct TraceEvent {
-  std::string name;
-  const char* category = "";
-  int pid = 0;
-  int tid = 0;
-  double ts_us = 0;
-  double dur_us = 0;
-};
+using TraceEvent = fusedcoll::detail::TraceEvent;
 
 inline double micros_since(std::chrono::steady_clock::time_point origin,
                            std::chrono::steady_clock::time_point t) {

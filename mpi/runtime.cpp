@@ -5,12 +5,9 @@
 
 #include <chrono>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
-#include <iomanip>
 #include <thread>
 
 #include "fusedcoll/env.hpp"
@@ -163,28 +160,14 @@ void Runtime::record_span(std::string name, Clock::time_point begin, Clock::time
   const int tid =
       trace_tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(trace_tids_.size()))
           .first->second;
-  spans_.push_back({std::move(name),
-                    std::chrono::duration<double, std::micro>(begin - trace_origin_).count(),
-                    std::chrono::duration<double, std::micro>(end - begin).count(), tid});
+  spans_.push_back({std::move(name), "mpi", rank_,
+                    tid, std::chrono::duration<double, std::micro>(begin - trace_origin_).count(),
+                    std::chrono::duration<double, std::micro>(end - begin).count()});
 }
 
 void Runtime::write_trace() const noexcept {
-  try {
-    std::ofstream out(trace_path_);
-    out << std::fixed << std::setprecision(3) << "{\"traceEvents\":[\n"
-        << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << rank_
-        << ",\"tid\":0,\"args\":{\"name\":\"mpi rank " << rank_ << "\"}}";
-    for (const TraceSpan& s : spans_) {
-      out << ",\n{\"name\":\"";
-      for (char c : s.name) out << (c == '"' || c == '\\' ? ' ' : c);
-      out << "\",\"cat\":\"mpi\",\"ph\":\"X\",\"pid\":" << rank_
-          << ",\"tid\":" << s.tid << ",\"ts\":" << s.begin_us << ",\"dur\":" << s.dur_us << "}";
-    }
-    out << "\n]}\n";
-    if (!out) std::fprintf(stderr, "fusedcoll mpi: cannot write trace to '%s'\n", trace_path_.c_str());
-  } catch (...) {
-    std::fprintf(stderr, "fusedcoll mpi: cannot write trace to '%s'\n", trace_path_.c_str());
-  }
+  detail::write_chrome_trace(trace_path_, {{rank_, 0, detail::make_string("mpi rank ", rank_)}}, {},
+                             spans_);
 }
 
 Runtime::~Runtime() {

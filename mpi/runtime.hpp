@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "fusedcoll/detail/chrome_trace.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/mpi.hpp"
 
@@ -335,17 +336,12 @@ class Runtime {
   bool failed_ = false;
   bool in_agreement_ = false;
   // tracing
-  struct TraceSpan {
-    std::string name;
-    double begin_us = 0, dur_us = 0;
-    int tid = 0;
-  };
   std::string trace_path_;  // this rank's file; empty: off
   std::chrono::steady_clock::time_point trace_origin_;
   std::chrono::steady_clock::time_point call_begin_;  // host thread only, as call_op_
   std::string call_op_;
   std::mutex trace_mu_;
-  std::vector<TraceSpan> spans_;
+  std::vector<detail::TraceEvent> spans_;
   std::map<std::thread::id, int> trace_tids_;  // track per thread, in order of first span
 };
 
