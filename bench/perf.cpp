@@ -149,7 +149,11 @@ std::string setup_text(const fc::emu::World& world, const Options& o) {
       " CUs x ", p.device.cu_gflops, " GFLOP/s, ", p.device.memory_gbps, " GB/s, launch ",
       p.device.launch_us, " us; ", fc::model::to_string(p.links.peer_topology), " peer links ",
       p.links.peer_gbps, " GB/s + ", p.links.peer_us, " us, ", p.links.gpus_per_node,
-      " per node, NIC ", p.links.nic_gbps, " GB/s + ", p.links.nic_us, " us)");
+      " per node, NIC ", p.links.nic_gbps, " GB/s + ", p.links.nic_us, " us",
+      p.links.nics() < p.links.gpus_per_node
+          ? fc::detail::make_string(", ", p.links.nics(), " per node")
+          : std::string(),
+      ")");
 }
 
 int run_emu(const Options& o) {

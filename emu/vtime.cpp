@@ -71,6 +71,8 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
     d.peer_links.resize(mesh ? world.size : 1);
     d.slot_time.assign(kSlotsPerDevice, 0.0);
   }
+  for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
+  nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
   if (model::shares_node_memory(preset)) {
     const int g = preset.links.gpus_per_node;
     for (int r = 0; r < world.size; ++r)
@@ -164,7 +166,12 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   const int cus = preset.device.compute_units;
   for (auto& cu : devices[rank].cus) cu.forget_before(start);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
-  devices[rank].nic.forget_before(start);
+  // The NIC is shared: another device on it may still book from its own clock (its kernels start
+  // at or after it), which may be earlier than this kernel's start.
+  double nic_from = start;
+  for (int r = 0; r < world.size; ++r)
+    if (r != rank && devices[r].nic == devices[rank].nic) nic_from = std::min(nic_from, clock[r]);
+  nics[devices[rank].nic].forget_before(nic_from);
   for (auto& wg : k.wgs) {
     wg->vcu = wg->id % cus;
     wg->vclock = start;
@@ -242,7 +249,7 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
   const bool near = l.same_node(src, peer);
   const double gbps = near ? l.peer_gbps : l.nic_gbps;
   const double latency = (near ? l.peer_us : l.nic_us) * 1e-6;
-  Calendar& link = !near ? dev.nic
+  Calendar& link = !near ? nics[dev.nic]
                    : l.peer_topology == model::PeerTopology::mesh ? dev.peer_links[peer]
                                                                  : dev.peer_links[0];
   double seconds = double(bytes) / (gbps * 1e9);
@@ -269,7 +276,7 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
   const double arrival = start + seconds + latency;
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {
-    const int track = &link == &dev.nic                ? kNicTrack
+    const int track = !near                        ? kNicTrack
                       : dev.peer_links.size() == 1 ? kLinkTrack  // the switch port
                                                    : kLinkTrack + 1 + peer;
     world.record({fusedcoll::detail::make_string(what, " to r", peer, " ", bytes, " B"), "link",

@@ -64,7 +64,7 @@ struct Event {
 struct VirtualDevice {
   std::vector<Calendar> cus;
   std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port
-  Calendar nic;
+  int nic = 0;  // its NIC in VirtualTime::nics (`model::Links::nic_of`)
   std::vector<double> slot_time;  // when each signal slot reached its value
   /// Where the node's memory is shared (`model::shares_node_memory`): the devices of this run on
   /// the node, among which it is split evenly; 0 where each device has its own.
@@ -87,6 +87,9 @@ struct VirtualTime {
   std::vector<char> resumed;   // per rank: its kernel's end was reached
   std::vector<double> clock;   // per rank: the host thread's virtual time
   std::vector<VirtualDevice> devices;
+  /// The NICs' egress, per (node, NIC) (`model::Links::nic_of`): the devices sharing one take it
+  /// in turn.
+  std::vector<Calendar> nics;
   bool stopping = false;
   std::thread driver;
 

@@ -225,6 +225,7 @@ constexpr Field kFields[] = {
     {"links", "peer_us", Type::number, 0, 1e6, false, "us"},
     {"links", "nic_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"links", "nic_us", Type::number, 0, 1e6, false, "us"},
+    {"links", "nics_per_node", Type::integer, 1, 4096, false, "", true},
     {"links", "put_us", Type::number, 0, 1e6, false, "us"},
     {"links", "put_cu_share", Type::number, 0, 1, false, ""},
 };
@@ -264,6 +265,13 @@ void check_range(const std::string& where, const std::string& field, double v, c
   }
 }
 
+/// `links.nics_per_node` (0: one per device) against the node's devices.
+void check_nics(const std::string& where, const Links& l) {
+  require(l.nics_per_node <= l.gpus_per_node, where, "links.nics_per_node = ", l.nics_per_node,
+          " is out of range: it must be at most links.gpus_per_node = ", l.gpus_per_node,
+          " (a node's NICs are shared by its devices)");
+}
+
 double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.cu_gflops") return &p.device.cu_gflops;
   if (field == "device.memory_gbps") return &p.device.memory_gbps;
@@ -284,6 +292,7 @@ int* integer_slot(Preset& p, const std::string& field) {
   if (field == "device.resident_wgs_per_cu") return &p.device.resident_wgs_per_cu;
   if (field == "device.gemm_pack_rows") return &p.device.gemm_pack_rows;
   if (field == "links.gpus_per_node") return &p.links.gpus_per_node;
+  if (field == "links.nics_per_node") return &p.links.nics_per_node;
   return nullptr;
 }
 
@@ -387,6 +396,7 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
     const std::string field = full_name("efficiency", to_string(static_cast<Kernel>(k)));
     require(seen.count(field), where, "missing field '", field, "' (in [efficiency])");
   }
+  check_nics(where, p.links);
   return p;
 }
 
@@ -398,11 +408,13 @@ void validate(const Preset& p) {
   for (int i = 1; i < kPlainFields; ++i) {
     const Field& f = kFields[i];
     const std::string field = full_name(f.section, f.key);
-    if (f.type == Type::integer)
-      check_range(where, field, *integer_slot(copy, field), f);
-    else if (f.type == Type::number)
+    if (f.type == Type::integer) {
+      const int v = *integer_slot(copy, field);
+      if (!(f.optional && f.lo > 0 && v == 0)) check_range(where, field, v, f);  // 0: left out
+    } else if (f.type == Type::number)
       check_range(where, field, *number_slot(copy, field), f);
   }
+  check_nics(where, p.links);
   require(p.links.peer_topology == PeerTopology::mesh ||
               p.links.peer_topology == PeerTopology::switched,
           where, "links.peer_topology ", static_cast<int>(p.links.peer_topology),
@@ -430,6 +442,7 @@ std::string to_text(const Preset& p) {
       << "peer_us = " << p.links.peer_us << "\n"
       << "nic_gbps = " << p.links.nic_gbps << "\n"
       << "nic_us = " << p.links.nic_us << "\n"
+      << "nics_per_node = " << p.links.nics() << "\n"
       << "put_us = " << p.links.put_us << "\n"
       << "put_cu_share = " << p.links.put_cu_share << "\n\n[efficiency]\n";
   for (int k = 0; k < kKernels; ++k)

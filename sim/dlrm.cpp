@@ -373,7 +373,9 @@ double exchange_seconds(const Cluster& c, const std::vector<std::int64_t>& to,
                                 ? peer_max
                                 : std::max(peer_sum_out, peer_sum_in);
   const double tp = intra ? L.peer_us * 1e-6 + peer_bytes / (L.peer_gbps * 1e9) : 0;
-  const double tn = inter ? L.nic_us * 1e-6 + std::max(nic_out, nic_in) / (L.nic_gbps * 1e9) : 0;
+  // The devices of a node send at once (a balanced exchange): each gets its share of the NICs.
+  const double nic_share = L.nic_gbps * L.nics() / L.gpus_per_node;
+  const double tn = inter ? L.nic_us * 1e-6 + std::max(nic_out, nic_in) / (nic_share * 1e9) : 0;
   return std::max(tp, tn);
 }
 
@@ -390,7 +392,9 @@ double allreduce_seconds(const Cluster& c, std::int64_t S) {
   if (N > 1) {
     const bool pow2 = (N & (N - 1)) == 0;
     const double steps = pow2 ? 2 * std::log2(N) : 2.0 * (N - 1);
-    t += steps * L.nic_us * 1e-6 + 2.0 * (N - 1) / N * chunk / (L.nic_gbps * 1e9);
+    // Every device of a node runs its chunk's ring at once, on its share of the node's NICs.
+    const double nic_share = L.nic_gbps * L.nics() / G;
+    t += steps * L.nic_us * 1e-6 + 2.0 * (N - 1) / N * chunk / (nic_share * 1e9);
     t += spread(c, model::reduce(static_cast<std::int64_t>(chunk / 4)));
   }
   return t;

@@ -2,10 +2,10 @@
 // (docs/simulation.md, "Scale-out").
 //
 // Platform: the root zone is a fat tree whose leaves are the nodes. A node is a full zone with
-// its G devices, one NIC link per device (the device's share of the node's NICs, nic_gbps, half
-// the NIC latency each way) to the node's switch, and the peer links: a link per pair (mesh) or a
-// port per device (switched), peer_gbps each. The fat tree's links carry G x nic_gbps with no
-// latency, so a transfer between nodes crosses two NIC links (nic_us in all) and the fabric, which
+// its G devices, its K = nics_per_node NIC links (nic_gbps each, half the NIC latency each way;
+// device g routes through NIC g mod K, one NIC per device by default) to the node's switch, and
+// the peer links: a link per pair (mesh) or a port per device (switched), peer_gbps each. The
+// fat tree's links carry K x nic_gbps with no latency, so a transfer between nodes crosses two NIC links (nic_us in all) and the fabric, which
 // is non-blocking unless tapered. Every link is split-duplex (full duplex).
 //
 // Network model CM02 (max-min fairness, no correction factors), cross-traffic off: a transfer
@@ -61,6 +61,7 @@ struct Flow {
 std::vector<sg4::Host*> build_platform(const Cluster& c) {
   const model::Links& L = c.preset.links;
   const int G = L.gpus_per_node;
+  const int K = L.nics();
   std::vector<sg4::Host*> hosts(static_cast<std::size_t>(c.ranks()), nullptr);
   auto node = [&](sg4::NetZone* parent, const std::vector<unsigned long>&, unsigned long id)
       -> std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> {
@@ -70,12 +71,18 @@ std::vector<sg4::Host*> build_platform(const Cluster& c) {
     auto* sw = z->create_router(n + "-switch");
     std::vector<sg4::Host*> h(static_cast<std::size_t>(G));
     std::vector<sg4::Link*> port(static_cast<std::size_t>(G));
+    std::vector<sg4::Link*> nics(static_cast<std::size_t>(K));
+    for (int k = 0; k < K; ++k) {
+      // Named by the first device on it: with one NIC per device, "nic<rank>" as before.
+      nics[k] = z->create_split_duplex_link("nic" + std::to_string(static_cast<int>(id) * G + k),
+                                            L.nic_gbps * 1e9);
+      nics[k]->set_latency(L.nic_us * 1e-6 / 2)->seal();
+    }
     for (int g = 0; g < G; ++g) {
       const int r = static_cast<int>(id) * G + g;
       h[g] = z->create_host("gpu" + std::to_string(r), 1e9);
       hosts[static_cast<std::size_t>(r)] = h[g];
-      auto* nic = z->create_split_duplex_link("nic" + std::to_string(r), L.nic_gbps * 1e9);
-      nic->set_latency(L.nic_us * 1e-6 / 2)->seal();
+      auto* nic = nics[static_cast<std::size_t>(g % K)];
       z->add_route(h[g]->get_netpoint(), sw, nullptr, nullptr,
                    {sg4::LinkInRoute(nic, sg4::LinkInRoute::Direction::UP)}, false);
       z->add_route(sw, h[g]->get_netpoint(), nullptr, nullptr,
@@ -111,10 +118,10 @@ std::vector<sg4::Host*> build_platform(const Cluster& c) {
   };
   const auto N = static_cast<unsigned>(c.nodes);
   const auto radix = static_cast<unsigned>(c.radix);
-  const double uplink = G * L.nic_gbps * 1e9;
+  const double uplink = K * L.nic_gbps * 1e9;
   sg4::NetZone* fabric = nullptr;
   if (c.taper == 1.0) {
-    // Non-blocking: the fabric never limits a flow (a node's uplink carries G x nic_gbps, all its
+    // Non-blocking: the fabric never limits a flow (a node's uplink carries K x nic_gbps, all its
     // NICs), so it is left out of the routes, which keeps flows of different rails in separate
     // max-min systems (SimGrid solves only the ones a change touches).
     fabric = sg4::create_star_zone("fabric");

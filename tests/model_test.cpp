@@ -290,6 +290,26 @@ TEST(Model, RejectsBadFilesNamingTheField) {
               HasSubstr("device.gemm_pack_rows = 2.5 is not an integer"));
   EXPECT_THAT(parse_error(packed + "[device]\ngemm_pack_rows = 4\n"),
               HasSubstr("field 'device.gemm_pack_rows' repeats line"));
+  // nics_per_node is optional (0: one NIC per device, what nics() and to_text then say), an
+  // integer in [1, gpus_per_node].
+  const m::Preset one_each = m::parse_preset(good, "test");
+  EXPECT_EQ(one_each.links.nics_per_node, 0);
+  EXPECT_EQ(one_each.links.nics(), 8);
+  EXPECT_EQ(one_each.links.nic_of(13), 13);
+  EXPECT_THAT(m::to_text(one_each), HasSubstr("nics_per_node = 8\n"));
+  const std::string shared = edit(good, "nic_us", "nic_us = 2\nnics_per_node = 2");
+  const m::Preset two = m::parse_preset(shared, "test");
+  EXPECT_EQ(two.links.nics(), 2);
+  EXPECT_EQ(two.links.nic_of(5), 1);   // device 5 of node 0: NIC 5 % 2
+  EXPECT_EQ(two.links.nic_of(12), 2);  // device 4 of node 1: the node's NIC 0
+  EXPECT_EQ(m::to_text(m::parse_preset(m::to_text(two), "round trip")), m::to_text(two));
+  EXPECT_THAT(parse_error(edit(shared, "nics_per_node", "nics_per_node = 0")),
+              HasSubstr("links.nics_per_node = 0 is out of range: it must be an integer in [1, "));
+  EXPECT_THAT(parse_error(edit(shared, "nics_per_node", "nics_per_node = 9")),
+              HasSubstr("links.nics_per_node = 9 is out of range: it must be at most "
+                        "links.gpus_per_node = 8"));
+  EXPECT_THAT(parse_error(edit(shared, "nics_per_node", "nics_per_node = 1.5")),
+              HasSubstr("links.nics_per_node = 1.5 is not an integer"));
   // A negative or zero bandwidth, a negative latency, an efficiency above 4.
   EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
               HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "
@@ -346,6 +366,18 @@ TEST(Model, ValidateChecksPresetsBuiltInCode) {
   } catch (const fc::InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("device.gemm_pack_rows = -2 is out of range"));
   }
+  p = toy();
+  p.links.nics_per_node = p.links.gpus_per_node + 1;
+  try {
+    m::validate(p);
+    ADD_FAILURE() << "more NICs than devices passed";
+  } catch (const fc::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("links.nics_per_node = "));
+    EXPECT_THAT(e.what(), HasSubstr("is out of range"));
+  }
+  p = toy();
+  p.links.nics_per_node = -1;
+  EXPECT_THROW(m::validate(p), fc::InvalidArgument);
   p = toy();
   p.device.gemm_cold_gbps = -3;
   try {

@@ -3,7 +3,8 @@
 /// The cost model: what a device, its links and each shared tile kernel and codec call cost, for
 /// the emulator in virtual time (docs/emulator.md) and the scale-out simulator. A `Preset` holds
 /// the machine: a device (compute units, per-CU f32 rate, memory bandwidth, kernel launch) and its
-/// links (peer links inside a node, one NIC per device across nodes). A kernel call's cost is a
+/// links (peer links inside a node, NICs across nodes, one per device unless the node's devices
+/// share fewer). A kernel call's cost is a
 /// roofline of its flops and bytes on one compute unit, divided by the preset's efficiency for
 /// that kernel. Presets are text files a user copies and edits; `mi250x`, `h100` and `host` are
 /// built in. Model, assumptions, sources and calibration: docs/simulation.md.
@@ -67,7 +68,7 @@ struct Links {
   /// latency of a transfer, microseconds.
   double peer_gbps = 0;
   double peer_us = 0;
-  /// Across nodes: the device's share of its NIC, GB/s per direction, and the latency.
+  /// Across nodes: one NIC's bandwidth, GB/s per direction, and the latency.
   double nic_gbps = 0;
   double nic_us = 0;
   /// The issuing compute unit's time for one put, store or signal to another device,
@@ -80,8 +81,21 @@ struct Links {
   /// `MPI_Put` into a shared-memory window is a `memcpy` by the caller). Puts across nodes leave
   /// through the NIC and never occupy it.
   double put_cu_share = 0;
+  /// The NICs of a node, in [1, gpus_per_node]; 0 (a preset file that leaves it out): one per
+  /// device. Device d of a node (d = rank % gpus_per_node) sends across nodes through the node's
+  /// NIC d % nics_per_node, which the devices sharing it take in turn: a host whose ranks each
+  /// stream over the host's one link is `nics_per_node = 1` with the whole link's `nic_gbps`.
+  /// Last, so that brace-initialised `Links` written before it stay valid.
+  int nics_per_node = 0;
 
   bool same_node(int a, int b) const noexcept { return a / gpus_per_node == b / gpus_per_node; }
+  /// The NICs of a node (`nics_per_node`, or `gpus_per_node` where that is 0).
+  int nics() const noexcept { return nics_per_node > 0 ? nics_per_node : gpus_per_node; }
+  /// The NIC rank `r` sends across nodes through, numbered over all nodes:
+  /// `node * nics() + local % nics()`.
+  int nic_of(int r) const noexcept {
+    return r / gpus_per_node * nics() + r % gpus_per_node % nics();
+  }
 };
 
 /// The costed kernels: the shared tile kernels (detail/kernels.hpp), a plain copy, and the wire
