@@ -52,8 +52,28 @@ FC_HD inline float float_of(std::uint32_t u) {
 #endif
 }
 
+/// A NaN operand of a product or quotient comes out quietened with its sign and payload, the
+/// first operand's if both are NaN: what x86 and AArch64 (default-NaN mode off) do and ref/ relies
+/// on (docs/semantics.md, "NaN results"). NVIDIA's and AMD's units return one canonical NaN
+/// (0x7FFFFFFF) instead, so the rule is spelled out, on both passes so that the CPU simulation
+/// runs the code the device runs. A NaN generated from non-NaN operands (0 * inf) cannot occur
+/// here: every divisor and scale is finite and non-zero.
+FC_HD inline bool propagate_nan(float a, float b, float& out) {
+  if (a != a) {
+    out = float_of(bits_of(a) | 0x400000u);
+    return true;
+  }
+  if (b != b) {
+    out = float_of(bits_of(b) | 0x400000u);
+    return true;
+  }
+  return false;
+}
+
 /// IEEE binary32 product and quotient, rounded to nearest even (never fused, never approximated).
 FC_HD inline float mul_rn(float a, float b) {
+  float nan;
+  if (propagate_nan(a, b, nan)) return nan;
 #if FC_DEVICE_PASS
   return __fmul_rn(a, b);
 #else
@@ -61,6 +81,8 @@ FC_HD inline float mul_rn(float a, float b) {
 #endif
 }
 FC_HD inline float div_rn(float a, float b) {
+  float nan;
+  if (propagate_nan(a, b, nan)) return nan;
 #if FC_DEVICE_PASS
   return __fdiv_rn(a, b);
 #else

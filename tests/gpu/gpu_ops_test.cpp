@@ -289,20 +289,6 @@ TEST(GpuWorld, MismatchedModesFailOnEveryRank) {
   gpu.run([&](fc::Communicator& comm) { fc::gemv_allreduce(comm, args[comm.rank()], Mode::unfused); });
 }
 
-TEST(GpuWorld, CollectivesAreReportedUnsupported) {
-  FC_REQUIRE_GPU();
-  fc::gpu::World gpu(options(2));
-  std::vector<float> a(4), b(4);
-  EXPECT_THROW(gpu.run([&](fc::Communicator& comm) {
-    fc::AllReduceArgs ar;
-    ar.send = a.data();
-    ar.recv = b.data();
-    ar.count = 4;
-    fc::all_reduce(comm, ar);
-  }),
-               fc::UnsupportedError);
-}
-
 TEST(GpuTimeout, MissingSignalNamesTheSlot) {
   FC_REQUIRE_GPU();
   fc::gpu::testing::SignalProbe probe(0.2);
