@@ -25,10 +25,10 @@
 //   is copied (the emulator's zero-copy store).
 // - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
 //   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
-//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]; over p2p, when the host sends
-//   more than kStreamBytes across, a slice for another host leaves in pieces of whole sample
-//   blocks as they complete, and the workgroup putting the last piece signals. Receivers unpack
-//   the slices.
+//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]; over p2p, when the link this
+//   rank measured to another host would carry its bytes there for kStreamSeconds or more, a
+//   slice for that host leaves in pieces of whole sample blocks as they complete, and the
+//   workgroup putting the last piece signals. Receivers unpack the slices.
 // - unfused: pool everything into L [B, T_me, D], then MPI_Ialltoallv and the permutation into
 //   table-id order.
 
@@ -88,15 +88,19 @@ std::vector<int> sources_for(const Runtime& rt) {
 
 /// Scale-out over p2p ships its slices for other hosts in pieces of about kPieceBytes (whole
 /// blocks of kBagBlock samples x every local table, contiguous in the slice), each as soon as its
-/// tiles are pooled, when this rank's host sends more than kStreamBytes to other hosts in the
-/// call: the link starts after the first piece rather than after the first slice. Pieces stay
-/// below the TCP BTL's eager limit (64 KiB), so one needs no rendezvous with a receiver that is
-/// busy computing. Otherwise slices go whole: where the link is not the bottleneck the pieces'
-/// messages cost more CPU than the overlap gains (measured across 2 hosts at 1 Gbit/s,
-/// docs/results.md: 1 MiB per host and call was 15-20% slower in pieces, 2 MiB and more 10-25%
-/// faster). Slices within a host (shared memory) always go whole.
+/// tiles are pooled, when the link is what bounds the call: the link starts after the first piece
+/// rather than after the first slice. Pieces stay below the TCP BTL's eager limit (64 KiB), so
+/// one needs no rendezvous with a receiver that is busy computing. Where the link is not the
+/// bottleneck, the pieces' messages cost more CPU than the overlap gains, so slices go whole:
+/// no byte count serves both (docs/results.md, "Across hosts": pieces at 512 KiB-1 MiB per rank
+/// gave 0.68-0.70 of unfused at 1 Gbit/s and cost 20-25% at 10 Gbit/s). So the sender decides
+/// alone from the link it measured (Runtime::link_rate, its receives from that host): pieces
+/// when its bytes for other hosts would take kStreamSeconds or more at that rate. Before any
+/// measurement, pieces when the host sends more than kStreamBytes across (whole slices, which
+/// are rendezvous-sized, then measure the link). Slices within a host always go whole.
 constexpr std::int64_t kPieceBytes = std::int64_t{48} << 10;
 constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
+constexpr double kStreamSeconds = 2.5e-3;
 
 /// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
 void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
@@ -191,23 +195,30 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int arrive = rt.slots("emb.arrive", P);
   // Pieces: runs of whole sample blocks of one destination's slice; about kPieceBytes each for
-  // other hosts over p2p (destination-major order, blocks in sample order) when this host sends
-  // more than kStreamBytes across; otherwise, and under rma, the whole slice in one put.
+  // other hosts over p2p (destination-major order, blocks in sample order) when the link bounds
+  // the call (`stream`, kStreamSeconds); otherwise, and under rma, the whole slice in one put.
   const std::vector<int>& host = rt.host_of();
   std::int64_t crossing = 0;  // bytes this rank's host sends to other hosts in this call
   for (int p = 0; p < P; ++p)
     for (int q = 0; q < P; ++q)
       if (host[p] == host[me] && host[q] != host[me])
         crossing += static_cast<std::int64_t>(fbytes(pl.slice_floats(p, q)));
-  const bool stream = order_for(rt, Mode::scale_out) == Plan::Order::destination_block_major &&
-                      crossing > kStreamBytes;
+  std::int64_t leaving = 0;  // bytes this rank sends to other hosts in this call
+  for (int q = 0; q < P; ++q)
+    if (host[q] != host[me]) leaving += static_cast<std::int64_t>(fbytes(pl.slice_floats(me, q)));
+  const bool blocks = order_for(rt, Mode::scale_out) == Plan::Order::destination_block_major;
+  const auto stream = [&](int q) {
+    if (!blocks || host[q] == host[me]) return false;
+    const double rate = rt.link_rate(q);
+    return rate > 0 ? static_cast<double>(leaving) / rate >= kStreamSeconds
+                    : crossing > kStreamBytes;
+  };
   const std::int64_t block_bytes = static_cast<std::int64_t>(fbytes(kBagBlock * tpm * D));
   std::vector<std::int64_t> piece_rows(static_cast<std::size_t>(P));   // samples per piece
   std::vector<std::size_t> first(static_cast<std::size_t>(P) + 1, 0);  // q's first piece
   for (int q = 0; q < P; ++q) {
     piece_rows[q] =
-        stream && host[q] != host[me]
-            ? std::max<std::int64_t>(1, kPieceBytes / std::max<std::int64_t>(1, block_bytes)) *
+        stream(q) ? std::max<std::int64_t>(1, kPieceBytes / std::max<std::int64_t>(1, block_bytes)) *
                   kBagBlock
             : std::max<std::int64_t>(1, pl.batch[q]);
     first[q + 1] = first[q] + static_cast<std::size_t>(ceil_div(pl.batch[q], piece_rows[q]));

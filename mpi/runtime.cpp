@@ -562,6 +562,7 @@ void Runtime::p2p_setup() {
   for (int i = 0; i < kSlots; ++i) counters_[static_cast<std::size_t>(i)].store(0);
   targets_.assign(kSlots, 0);
   arrivals_.assign(static_cast<std::size_t>(size_), {});
+  links_.assign(static_cast<std::size_t>(size_), {});
   for (int r = 0; r < size_; ++r) outboxes_.push_back(std::make_unique<Outbox>());
 }
 
@@ -734,6 +735,8 @@ bool Runtime::p2p_progress() {
         at += h.bytes;
       } else if (h.kind == kLargePut) {
         Arrival a;
+        a.add = h.bytes;
+        a.posted = Clock::now().time_since_epoch().count();
         FC_CHECK_MPI(MPI_Irecv(p2p_landing(h), static_cast<int>(h.bytes), MPI_BYTE, src, h.tag,
                                comm_, &a.req));
         queue.push_back(a);
@@ -746,13 +749,18 @@ bool Runtime::p2p_progress() {
   }
   // A signal counts once everything its source sent before it has landed.
   bool receiving = false;
-  for (auto& queue : arrivals_) {
+  for (std::size_t src = 0; src < arrivals_.size(); ++src) {
+    auto& queue = arrivals_[src];
     while (!queue.empty()) {
       Arrival& a = queue.front();
       if (a.req != MPI_REQUEST_NULL) {
         int done = 0;
         FC_CHECK_MPI(MPI_Test(&a.req, &done, MPI_STATUS_IGNORE));
         if (!done) break;
+        if (a.add > kRateMinBytes) {  // link_rate's sample
+          links_[src].bytes += a.add - kRateMinBytes;
+          links_[src].ticks += Clock::now().time_since_epoch().count() - a.posted;
+        }
       } else {
         counters_[static_cast<std::size_t>(a.slot)].fetch_add(a.add, std::memory_order_release);
       }
@@ -809,6 +817,24 @@ void Runtime::end_call() {
     const Span s(*this, "complete sends");
     p2p_flush();
     p2p_complete(nullptr, nullptr, "every peer to receive the data this rank sent it in this call");
+    // link_rate's samples of this call, per host.
+    const std::lock_guard<std::mutex> lock(recv_mu_);
+    std::vector<HostLink> call;
+    for (std::size_t p = 0; p < links_.size(); ++p) {
+      Link& l = links_[p];
+      if (l.bytes == 0) continue;
+      const std::size_t h = static_cast<std::size_t>(host_of_[p]);
+      if (call.size() <= h) call.resize(h + 1);
+      call[h].bytes += static_cast<double>(l.bytes);
+      call[h].secs += std::chrono::duration<double>(Clock::duration(l.ticks)).count();
+      l = Link{};
+    }
+    if (host_links_.size() < call.size()) host_links_.resize(call.size());
+    for (std::size_t h = 0; h < call.size(); ++h) {
+      if (call[h].bytes == 0) continue;
+      host_links_[h].bytes = host_links_[h].bytes / 2 + call[h].bytes;
+      host_links_[h].secs = host_links_[h].secs / 2 + call[h].secs;
+    }
   }
   if (tracing()) record_span(call_op_, call_begin_, Clock::now());
 }

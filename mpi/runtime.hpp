@@ -166,6 +166,30 @@ class Runtime {
   /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
   /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
   void signal(int peer, int slot, std::uint64_t add = 1, Sources sources = Sources::reused);
+  /// The rate, in bytes per second, at which this rank has received from `peer`'s host: p2p's
+  /// rendezvous-sized puts (above the TCP BTL's eager limit) from that host's ranks, each timed
+  /// from the posting of its receive to its landing, over their bytes beyond the eager limit
+  /// (the first fragment travels unasked and may have landed before the post); sums halved at
+  /// every call that adds a sample, so one noisy call does not decide. 0 until measured (and
+  /// always under rma). A sender may read it as its share of its own link to that host (links
+  /// are symmetric in the clusters this backend runs on; the host's other ranks share it alike)
+  /// and decide alone how to ship data there. A lower bound: a receive also waits for the polls
+  /// of both ranks. Host thread only, outside a launch.
+  double link_rate(int peer) const {
+    const std::size_t h = static_cast<std::size_t>(host_of_[static_cast<std::size_t>(peer)]);
+    return h < host_links_.size() && host_links_[h].secs > 0
+               ? host_links_[h].bytes / host_links_[h].secs
+               : 0.0;
+  }
+  /// Sets link_rate for `peer`'s host as if measured (later measurements go on from it): for a
+  /// caller that knows its links, and for tests of both sides of a decision taken on it.
+  void assume_link_rate(int peer, double bytes_per_s) {
+    const std::size_t h = static_cast<std::size_t>(host_of_[static_cast<std::size_t>(peer)]);
+    if (host_links_.size() <= h) host_links_.resize(h + 1);
+    host_links_[h] = HostLink{bytes_per_s, 1.0};
+  }
+  /// Rendezvous-sized: larger than this, a message waits for its receive to be posted.
+  static constexpr std::size_t kRateMinBytes = std::size_t{64} << 10;
   /// A progress poke for workgroups between tiles (p2p; nothing under rma, where puts need no
   /// help from the target): completes finished sends, drains the control messages that arrived
   /// (posting large puts' receives into place) and applies landed signals. Open MPI's TCP BTL
@@ -267,7 +291,12 @@ class Runtime {
   struct Arrival {  // per source, in arrival order
     MPI_Request req = MPI_REQUEST_NULL;  // a large put's receive; null: a signal
     int slot = 0;
-    std::uint64_t add = 0;
+    std::uint64_t add = 0;    // signal: the add; large put: its bytes
+    std::int64_t posted = 0;  // large put: steady_clock ticks when its receive was posted
+  };
+  struct Link {  // rendezvous-sized receives from one source in the current call
+    std::uint64_t bytes = 0;
+    std::int64_t ticks = 0;  // sum of their times from posting to landing
   };
   struct Outbox {  // control records for one peer not sent yet
     std::mutex mu;  // held across MPI_Isend too: messages leave in the order of their records
@@ -327,6 +356,11 @@ class Runtime {
   std::vector<int> send_done_;  // MPI_Testsome's indices
   std::mutex recv_mu_;
   std::vector<std::deque<Arrival>> arrivals_;
+  std::vector<Link> links_;  // per source, under recv_mu_
+  struct HostLink {
+    double bytes = 0, secs = 0;  // decayed sums (link_rate)
+  };
+  std::vector<HostLink> host_links_;  // per host; host thread (end_call, link_rate)
   std::vector<char> inbox_;
   std::vector<std::unique_ptr<Outbox>> outboxes_;  // per peer
   std::atomic<std::uint32_t> next_tag_{0};

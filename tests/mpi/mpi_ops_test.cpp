@@ -22,6 +22,7 @@
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/mpi.hpp"
 #include "fusedcoll/ref.hpp"
+#include "mpi/ops.hpp"
 #include "tests/common/op_cases.hpp"
 #include "tests/mpi/mpi_world.hpp"
 
@@ -91,16 +92,43 @@ TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
 }
 
 TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
-  // Over p2p scale-out ships slices of 1 MiB or more in pieces of whole 16-sample blocks as they
-  // complete (mpi/embedding_alltoall.cpp): batches of 530-777 samples make slices of 1.0-1.5 MiB
-  // (8 local tables, D = 64) whose last piece is short, beside a 100-sample destination whose
-  // slice goes whole.
+  // Over p2p scale-out may ship slices for other hosts in pieces of whole 16-sample blocks as
+  // they complete (mpi/embedding_alltoall.cpp; which it does follows the link it measured, so
+  // PiecesFollowTheLinkRate forces both): batches of 530-777 samples make slices of 1.0-1.5 MiB
+  // (8 local tables, D = 64) whose last piece is short, beside a 100-sample destination.
   EmbeddingProblem pb = EmbeddingProblem::dlrm(world_size());
   const std::int64_t batches[] = {600, 530, 100, 777};
   for (int q = 0; q < world_size(); ++q) pb.batch_sizes[static_cast<std::size_t>(q)] = batches[q % 4];
   pb.table_rows.assign(pb.table_rows.size(), 500);
   pb.max_bag = 4;
   every_mode(pb, on_world());
+}
+
+TEST(MpiEmbeddingAllToAll, PiecesFollowTheLinkRate) {
+  // Over p2p scale-out ships a slice for another host in pieces when the link the sender
+  // measured would take long enough to carry its bytes there, else whole
+  // (mpi/embedding_alltoall.cpp). Both sides forced through Runtime::assume_link_rate, on a
+  // small problem and on LargeSlicesLeaveInPieces's: at 1 MB/s every slice for another host
+  // goes in pieces, the short last one included, at 1 TB/s every slice goes whole. Where all
+  // ranks share a host (the runs without FUSEDCOLL_MPI_HOSTS) nothing is cut either way.
+  EmbeddingProblem large = EmbeddingProblem::dlrm(world_size());
+  const std::int64_t batches[] = {600, 530, 100, 777};
+  for (int q = 0; q < world_size(); ++q)
+    large.batch_sizes[static_cast<std::size_t>(q)] = batches[q % 4];
+  large.table_rows.assign(large.table_rows.size(), 500);
+  large.max_bag = 4;
+  for (const double rate : {1e6, 1e12}) {
+    fusedcoll::mpi::Runtime rt(MPI_COMM_WORLD, {});
+    for (int p = 0; p < rt.size(); ++p) rt.assume_link_rate(p, rate);
+    for (const EmbeddingProblem& pb : {emb_problem(world_size(), 1, 71), large}) {
+      OpCase<EmbeddingProblem> c(pb, Mode::scale_out);
+      SCOPED_TRACE(c.what() + " link " + std::to_string(rate) + " B/s");
+      fusedcoll::mpi::embedding_alltoall(rt, c.args[static_cast<std::size_t>(me())],
+                                         Mode::scale_out);
+      rt.end_call();
+      EXPECT_TRUE(c.same_as_ref(me()));
+    }
+  }
 }
 
 TEST(MpiEmbeddingAllToAll, PaddedOutputViews) {
