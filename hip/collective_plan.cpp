@@ -124,8 +124,12 @@ void set_moved_amax(Plan& p, int64_t max_len, std::vector<AmaxRun> runs) {
 }
 
 /// The reduce-scatter of AllReduce `direct` and of ReduceScatter: chunk c (offset off[c], length
-/// len[c]) is folded by rank c in rank order. Level 0 puts the tiles of every other chunk to its
-/// owner's stage; level 1 folds the owner's tiles and hands each finished element to `finish`.
+/// len[c]) is folded by rank c in rank order. Compressed: level 0 puts the encoded tiles of every
+/// other chunk to its owner's stage; level 1 folds the owner's tiles and hands each finished
+/// element to `finish`. Uncompressed, nothing needs encoding on the way, and every rank's input is
+/// on the device before the launch and never written during the call, so the owner's fold reads
+/// its peers' send buffers in place (one read of every input, no staging, no wait): on one device
+/// that is the memory-bound fold of the baseline.
 template <class Finish>
 void owner_reduce(Builder& b, const std::vector<int64_t>& off, const std::vector<int64_t>& len,
                   const Fold& f, Finish&& finish) {
@@ -133,6 +137,18 @@ void owner_reduce(Builder& b, const std::vector<int64_t>& off, const std::vector
   const int P = p.P;
   const int64_t maxlen = *std::max_element(len.begin(), len.end());
   const int64_t te = tile_elems(maxlen, p.elem);
+  if (!f.compressed) {
+    const int64_t eb = static_cast<int64_t>(p.elem);
+    for (int r = 0; r < P; ++r)
+      for (int t = 0; t < num_tiles(len[r], te); ++t) {
+        const Span s = tile_of(len[r], te, t);
+        const int64_t at = off[r] + s.begin;
+        std::vector<Source> srcs;
+        for (int q = 0; q < P; ++q) srcs.push_back({{q, Buf::send, at * eb}, Access::raw, false, at});
+        b.step(r, 1, s.length, -1, std::move(srcs), finish(r, at, s.begin), f.divide);
+      }
+    return;
+  }
   const int T = num_tiles(maxlen, te);
   const int part = b.slots(p.name + ".part", std::max(T, 1));
   for (int r = 0; r < P; ++r) p.bytes(Buf::stage, r) = P * maxlen * static_cast<int64_t>(f.we);
@@ -222,8 +238,8 @@ std::uint64_t tiles_from_others(const std::vector<int64_t>& len, int64_t te, int
 }  // namespace
 
 std::int64_t tile_elems(std::int64_t len, std::size_t elem) {
-  return fusedcoll::detail::collective_tile_elems(len, elem, 1,
-                                                 fusedcoll::detail::kCollectiveTileBytes, kMaxTiles);
+  return fusedcoll::detail::collective_tile_elems(
+      len, elem, kMaxTiles, fusedcoll::detail::kCollectiveGpuMinTileBytes, kMaxTiles);
 }
 
 Plan plan_all_reduce(std::span<const AllReduceArgs> all) {

@@ -4,16 +4,21 @@
 // its sources element by element, folding them in the pinned order (docs/semantics.md,
 // "Collectives"), and writing its targets, with at most one wait before it and a signal per
 // target after it. The schedules are the emulator's (emu/collectives.cpp): per-tile slots,
-// remote peers first, scratch written once per call.
+// remote peers first, scratch written once per call; except that an uncompressed reduction's
+// owner reads its peers' inputs in place (all ranks share one device, and the inputs are
+// uploaded before the launch), where the emulator puts them to the owner first.
 //
 // Plain host code (no GPU types), built into fusedcoll_gpu and into the normal test suite, which
 // runs the plans on the CPU with the same step code as the kernel (hip/collective_exec.hpp)
 // under a simulated scheduler of resident blocks, against ref/ (tests/gpu_plan_test.cpp).
 //
-//   AllReduce direct   level 0: put tile of chunk c to owner c's stage[me] (+ 'part'[t] there)
-//                      level 1: owner waits 'part'[t], folds rank 0..P-1, stores into every
-//                               rank's recv (+ 'landed' there); compressed: encodes the result
-//                               into every peer's final buffer (+ 'final'[owner][t])
+//   AllReduce direct   level 0 (compressed only): put the encoded tile of chunk c to owner c's
+//                               stage[me] (+ 'part'[t] there)
+//                      level 1: owner folds rank 0..P-1 (uncompressed: straight from every
+//                               rank's send buffer, which no step writes; compressed: waits
+//                               'part'[t] and decodes its stage), stores into every rank's recv
+//                               (+ 'landed' there); compressed: encodes the result into every
+//                               peer's final buffer (+ 'final'[owner][t])
 //                      level 2: wait 'landed' / decode the final tiles of the other chunks
 //   AllReduce ring     level k: chunk (me-1-k) mod P: received running value op own value, sent
 //                               on to rank me+1 ('ring'[k][t]); level P-1 finishes chunk me and
@@ -172,9 +177,10 @@ struct Resolved {
 Resolved resolve(const Plan& plan, const std::vector<std::array<unsigned char*, kNumBufs>>& base,
                  int slot0, const std::function<std::uint64_t(int, int)>& target);
 
-/// Elements per tile of a segment of `len` elements of `elem` bytes: 64 KiB, or more so that a
-/// segment has at most kMaxTiles tiles (slots are reserved per tile). The emulator's wall-clock
-/// tiling: detail::collective_tile_elems with 64 KiB tiles and no spread over the device.
+/// Elements per tile of a segment of `len` elements of `elem` bytes: the segment spread over
+/// kMaxTiles tiles of 4 to 64 KiB (more than 64 KiB only so that a segment has at most kMaxTiles
+/// tiles: slots are reserved per tile), so that a small call still keeps many blocks busy
+/// (detail::collective_tile_elems with spread kMaxTiles). Tiles never change a bit.
 inline constexpr int kMaxTiles = 64;
 std::int64_t tile_elems(std::int64_t len, std::size_t elem);
 
