@@ -26,20 +26,21 @@ std::size_t nbytes(std::int64_t elems, std::size_t es) {
   return static_cast<std::size_t>(elems) * es;
 }
 
-/// `dst = left op right` element-wise (the received running value of a ring step on the left),
-/// then the average's division when `last`.
-void combine(Runtime& rt, void* dst, const void* left, const void* right, std::int64_t count,
-             const AllReduceArgs& a, bool last) {
+/// `acc = acc op right` element-wise, in place (the received running value of a ring step is
+/// `acc`, the left operand), then the average's division when `last`. In place, as the emulator's
+/// ring folds: an out-of-place `dst = left op right` (a copy, then reduce_into) made the 2-rank
+/// fold at 64 MiB 5.4-5.8 ms against the one reduce pass's 2.7 (docs/results.md, "Virtual time").
+void combine(Runtime& rt, void* acc, const void* right, std::int64_t count, const AllReduceArgs& a,
+             bool last) {
   const std::size_t es = dtype_size(a.dtype);
   const std::int64_t pieces = ceil_div(count, kFoldPiece);
   const int grid = rt.grid_for_bytes(2 * nbytes(count, es), static_cast<std::size_t>(pieces));
   rt.launch(grid, [&](int w) {
     for (std::int64_t i = w; i < pieces; i += grid) {
       const std::int64_t o = i * kFoldPiece, n = std::min(kFoldPiece, count - o);
-      copy_bytes(at(dst, o, es), at(left, o, es), nbytes(n, es));
-      detail::reduce_into(at(dst, o, es), at(right, o, es), n, a.dtype, a.op);
+      detail::reduce_into(at(acc, o, es), at(right, o, es), n, a.dtype, a.op);
       if (last && a.op == ReduceOp::avg)
-        detail::finish_average(at(dst, o, es), n, a.dtype, rt.size());
+        detail::finish_average(at(acc, o, es), n, a.dtype, rt.size());
     }
   });
 }
@@ -66,6 +67,7 @@ void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a,
     rt.flush_buffer(land[q].id, q);
   });
   wait_all_peers(rt, out, "all_reduce.out");
+  const Runtime::Span span(rt, "copy out");
   if (land[me].id >= 0)
     copy_bytes(at(a.recv, mine.offset, es), fin, bytes);
   else
@@ -86,11 +88,14 @@ void all_reduce_direct(Runtime& rt, const AllReduceArgs& a, const std::vector<La
   });
   wait_all_peers(rt, in, "all_reduce.in");
   const Chunk mine = chunk_of(a.count, P, me);
-  fold_rank_order(rt, rt.data() + gather_at + nbytes(mine.offset, es), mine.length, a.dtype, a.op,
-                  [&](int p) -> const void* {
-                    return p == me ? at(a.send, mine.offset, es)
-                                   : rt.data() + inbox_at + nbytes(maxc * p, es);
-                  });
+  {
+    const Runtime::Span span(rt, "fold");
+    fold_rank_order(rt, rt.data() + gather_at + nbytes(mine.offset, es), mine.length, a.dtype,
+                    a.op, [&](int p) -> const void* {
+                      return p == me ? at(a.send, mine.offset, es)
+                                     : rt.data() + inbox_at + nbytes(maxc * p, es);
+                    });
+  }
   gather_chunks(rt, gather_at, a, land);
 }
 
@@ -99,19 +104,21 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
   const int next = (me + 1) % P, prev = (me + P - 1) % P;
   const std::size_t es = dtype_size(a.dtype);
   const std::int64_t maxc = chunk_of(a.count, P, 0).length;
-  // One mailbox per step, so a fast predecessor never overwrites a chunk not yet folded.
-  // [ mailboxes: (P - 1) x maxc | gather: count | running value: maxc (P > 2) ]
-  const std::size_t gather_at = nbytes(maxc * (P - 1), es);
-  const std::size_t acc_at = gather_at + nbytes(a.count, es);
-  rt.reserve(acc_at + (P > 2 ? nbytes(maxc, es) : 0));
+  // One mailbox per step, so a fast predecessor never overwrites a chunk not yet folded; the
+  // last step's mailbox is this rank's own chunk in the gather area, where its fold finishes it.
+  // Every step folds in place (`combine`) and the running value leaves from its mailbox.
+  // [ mailboxes of steps 0 .. P - 3: (P - 2) x maxc | gather: count ]
+  const std::size_t gather_at = nbytes(maxc * (P - 2), es);
+  rt.reserve(gather_at + nbytes(a.count, es));
   const int step = rt.slots("all_reduce.ring", P - 1);
-  // The running value lives in the window, which persists from call to call: a fresh vector
-  // per call (zeroed, its pages faulted in) took 2x the call's fold time at 64 MiB.
-  char* const acc = rt.data() + acc_at;
-  // Step 0 sends our own chunk (me - 1); step s > 0 sends the running value received at s - 1.
+  // Where step s's running value (chunk c) lands, in any rank's window.
+  auto mailbox = [&](int s, const Chunk& c) {
+    return s + 2 < P ? nbytes(maxc * s, es) : gather_at + nbytes(c.offset, es);
+  };
+  // Step 0 sends our own chunk (me - 1); step s > 0 sends the running value folded at s - 1.
   {
     const Chunk ch = chunk_of(a.count, P, (me + P - 1) % P);
-    rt.put(next, 0, at(a.send, ch.offset, es), nbytes(ch.length, es));
+    rt.put(next, mailbox(0, ch), at(a.send, ch.offset, es), nbytes(ch.length, es));
     rt.signal(next, step + 0);
   }
   for (int s = 0; s + 1 < P; ++s) {
@@ -119,12 +126,14 @@ void all_reduce_ring(Runtime& rt, const AllReduceArgs& a, const std::vector<Land
     const Chunk ch = chunk_of(a.count, P, c);
     rt.wait(step + s, rt.expect(step + s, 1),
             detail::make_string("all_reduce.ring step ", s, " from rank ", prev));
-    char* dst = s + 2 < P ? acc : rt.data() + gather_at + nbytes(ch.offset, es);
+    char* const acc = rt.data() + mailbox(s, ch);
     // The received running value is the left operand (semantics.md, ring).
-    combine(rt, dst, rt.data() + nbytes(maxc * s, es), at(a.send, ch.offset, es), ch.length, a,
-            s + 2 == P);
+    {
+      const Runtime::Span span(rt, "fold");
+      combine(rt, acc, at(a.send, ch.offset, es), ch.length, a, s + 2 == P);
+    }
     if (s + 2 < P) {
-      rt.put(next, nbytes(maxc * (s + 1), es), acc, nbytes(ch.length, es));
+      rt.put(next, mailbox(s + 1, ch), acc, nbytes(ch.length, es));
       rt.signal(next, step + s + 1);
     }
   }
