@@ -1,13 +1,15 @@
 // FUSEDCOLL_TRACE on the MPI backend (docs/mpi.md, "Tracing"), run by CTest under mpiexec with the
-// variable set: a compressed AllReduce and a barrier on a communicator of its own, which writes
-// each rank's trace when it is destroyed; then every rank reads its own file back and checks
-// that the call, its phases and its waits are there, each phase inside its call. Rank 0 prints
-// PASS when every rank's file passed (tests/mpi/CMakeLists.txt matches it).
+// variable set: a compressed AllReduce, an uncompressed ring AllReduce and a barrier on a
+// communicator of its own, which writes each rank's trace when it is destroyed; then every rank
+// reads its own file back and checks that the calls, their phases and waits are there, each
+// phase inside its call. Rank 0 prints PASS when every rank's file passed (tests/mpi/CMakeLists.txt
+// matches it).
 
 #include <mpi.h>
 
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -49,19 +51,28 @@ std::string check_trace(const std::string& path) {
   for (auto it = std::sregex_iterator(all.begin(), all.end(), span_re); it != std::sregex_iterator();
        ++it)
     spans.push_back({(*it)[1].str(), std::stod((*it)[2].str()), std::stod((*it)[3].str())});
-  const Span* call = nullptr;
-  for (const Span& s : spans)
-    if (s.name == "all_reduce direct") call = &s;
-  if (call == nullptr) return "no span of the call 'all_reduce direct'";
   std::string problems;
-  for (const char* phase : {"exchange arguments", "amax", "encode", "put", "signal", "fold",
-                            "decode", "wait: every rank's amax table"}) {
-    bool inside = false;
+  // Each phase must lie inside its call.
+  auto phases_inside = [&](const std::string& call_name, std::initializer_list<const char*> phases) {
+    const Span* call = nullptr;
     for (const Span& s : spans)
-      if (s.name.rfind(phase, 0) == 0 && s.ts >= call->ts && s.ts + s.dur <= call->ts + call->dur)
-        inside = true;
-    if (!inside) problems += std::string(" no '") + phase + "' span inside the call;";
-  }
+      if (s.name == call_name) call = &s;
+    if (call == nullptr) {
+      problems += " no span of the call '" + call_name + "';";
+      return;
+    }
+    for (const char* phase : phases) {
+      bool inside = false;
+      for (const Span& s : spans)
+        if (s.name.rfind(phase, 0) == 0 && s.ts >= call->ts && s.ts + s.dur <= call->ts + call->dur)
+          inside = true;
+      if (!inside) problems += " no '" + std::string(phase) + "' span inside '" + call_name + "';";
+    }
+  };
+  phases_inside("all_reduce direct", {"exchange arguments", "amax", "encode", "put", "signal",
+                                      "fold", "decode", "wait: every rank's amax table"});
+  // The uncompressed ring: its in-place folds and the result's copy out of the window.
+  phases_inside("all_reduce ring", {"put", "fold", "copy out"});
   bool barrier = false;
   for (const Span& s : spans) barrier = barrier || s.name == "barrier";
   if (!barrier) problems += " no barrier span;";
@@ -90,6 +101,9 @@ int main(int argc, char** argv) {
                             fc::AllReduceAlgo::direct};
         a.wire.format = fc::WireFormat::fp8_e4m3;
         fc::all_reduce(comm, a);
+        fc::AllReduceArgs r{send.data(), recv.data(), n, fc::DType::f32, fc::ReduceOp::sum,
+                            fc::AllReduceAlgo::ring};
+        fc::all_reduce(comm, r);
         fc::barrier(comm);
       }  // the communicator's runtime writes the trace here
       problems = check_trace(rank_path(fc::env().trace_path, rank));
