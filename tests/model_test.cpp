@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace fc = fusedcoll;
 namespace m = fusedcoll::model;
@@ -212,6 +214,38 @@ TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
   EXPECT_GT(m::load_preset("host").device.gemm_pack_rows, 0);
   EXPECT_GT(m::load_preset("host").device.gemm_cold_gbps, 0);
   EXPECT_EQ(mi.device.gemm_cold_gbps, 0);
+}
+
+// The preset files docs/results.md's validation tables were made with load as they are, and the
+// H100 single-GPU cut is what fusedcoll-gpu-bench runs: a quarter of h100's GPU per rank, its
+// memory split four ways rather than shared (so the node term stays off), its peers on one port.
+TEST(Model, ResultsPresetFilesLoad) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(FUSEDCOLL_SOURCE_DIR) / "docs" / "results";
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".preset") {
+      SCOPED_TRACE(entry.path().string());
+      const m::Preset p = m::load_preset(entry.path().string());
+      EXPECT_EQ(p.name, entry.path().stem().string());
+      EXPECT_NO_THROW(m::validate(p));
+      names.push_back(p.name);
+    }
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"host-4ranks", "h100-1gpu-4ranks",
+                                              "h100-1gpu-4ranks-datasheet"}));
+  const m::Preset h100 = m::load_preset("h100");
+  for (const char* file : {"h100-1gpu-4ranks.preset", "h100-1gpu-4ranks-datasheet.preset"}) {
+    SCOPED_TRACE(file);
+    const m::Preset p = m::load_preset((dir / file).string());
+    EXPECT_EQ(p.links.gpus_per_node, 4);
+    EXPECT_EQ(p.device.compute_units * p.links.gpus_per_node, h100.device.compute_units);
+    EXPECT_EQ(p.device.cu_gflops, h100.device.cu_gflops);
+    EXPECT_FALSE(m::shares_node_memory(p));
+    EXPECT_NEAR(p.device.memory_gbps * 4, p.device.node_memory_gbps, 1e-9);
+    EXPECT_LE(p.device.node_memory_gbps, h100.device.memory_gbps);
+    EXPECT_EQ(p.links.peer_topology, m::PeerTopology::switched);
+    EXPECT_NEAR(p.links.peer_gbps * 2, p.device.memory_gbps, 0.1);
+  }
 }
 
 TEST(Model, PresetFromAFile) {
