@@ -45,6 +45,21 @@ double Calendar::book(double ready, double duration) {
   return t;
 }
 
+double Calendar::fit(double ready, double duration) const {
+  if (!(duration > 0)) return ready;
+  double t = ready;
+  auto it = busy_.upper_bound(t);
+  if (it != busy_.begin()) {
+    auto before = std::prev(it);
+    if (before->second > t) t = before->second;
+  }
+  while (it != busy_.end() && it->first < t + duration) {
+    t = std::max(t, it->second);
+    ++it;
+  }
+  return t;
+}
+
 double Calendar::free_from(double t) const {
   auto it = busy_.upper_bound(t);  // the first stretch starting after t
   if (it == busy_.begin()) return t;
@@ -73,6 +88,7 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   }
   for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
   nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
+  nic_ingress.resize(nics.size());
   if (model::shares_node_memory(preset)) {
     const int g = preset.links.gpus_per_node;
     for (int r = 0; r < world.size; ++r)
@@ -164,14 +180,21 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
     return;
   }
   const int cus = preset.device.compute_units;
-  for (auto& cu : devices[rank].cus) cu.forget_before(start);
+  // A resource another device books may still be booked from that device's clock (its kernels
+  // start at or after it), which may be earlier than this kernel's start: the NIC the node's
+  // devices share, the ingress any sender books, and with a network stack's CPU cost
+  // (`nic_cpu_gbps`) this device's compute units, which senders on other nodes book too.
+  double nic_from = start, world_from = start;
+  for (int r = 0; r < world.size; ++r) {
+    if (r == rank) continue;
+    world_from = std::min(world_from, clock[r]);
+    if (devices[r].nic == devices[rank].nic) nic_from = std::min(nic_from, clock[r]);
+  }
+  const double cu_from = preset.links.nic_cpu_gbps > 0 ? world_from : start;
+  for (auto& cu : devices[rank].cus) cu.forget_before(cu_from);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
-  // The NIC is shared: another device on it may still book from its own clock (its kernels start
-  // at or after it), which may be earlier than this kernel's start.
-  double nic_from = start;
-  for (int r = 0; r < world.size; ++r)
-    if (r != rank && devices[r].nic == devices[rank].nic) nic_from = std::min(nic_from, clock[r]);
   nics[devices[rank].nic].forget_before(nic_from);
+  nic_ingress[devices[rank].nic].forget_before(world_from);
   for (auto& wg : k.wgs) {
     wg->vcu = wg->id % cus;
     wg->vclock = start;
@@ -272,8 +295,57 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                     what, src, wg.vcu, ready * 1e6, busy * 1e6});
     }
   }
-  const double start = link.book(ready, seconds);
-  const double arrival = start + seconds + latency;
+  // Across nodes, the host's network stack: the sender's core copies the bytes into the socket
+  // and runs the protocol while they stream out (they leave from when it starts, and have left
+  // no earlier than it is done); the receiver's core does the same as they stream in.
+  const double cpu = near ? 0.0 : model::nic_cpu_seconds(preset, src, peer, std::int64_t(bytes));
+  double cpu_done = ready;
+  if (cpu > 0) {
+    ready = dev.cus[wg.vcu].book(wg.vclock, cpu);
+    wg.vclock = ready + cpu;
+    cpu_done = wg.vclock;
+    if (world.tracing) {
+      world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " tcp to r", peer,
+                                                   " ", wg.id),
+                    what, src, wg.vcu, ready * 1e6, cpu * 1e6});
+    }
+  }
+  double start = 0;
+  if (near) {
+    start = link.book(ready, seconds);
+  } else {
+    // The sender's egress and the receiver's ingress, at once: the earliest stretch free on both.
+    Calendar& in = nic_ingress[devices[peer].nic];
+    double t = ready;
+    for (;;) {
+      const double a = link.fit(t, seconds);
+      const double b = in.fit(a, seconds);
+      if (b == a) break;
+      t = b;
+    }
+    start = link.book(t, seconds);
+    in.book(t, seconds);
+  }
+  double arrival = std::max(start + seconds, cpu_done) + latency;
+  if (cpu > 0) {
+    // The receiver's core takes the bytes in from when the first of them arrives: on whichever of
+    // its compute units can start first (the lowest on a tie).
+    auto& cus = devices[peer].cus;
+    const double first = start + latency;
+    std::size_t best = 0;
+    double best_at = cus[0].fit(first, cpu);
+    for (std::size_t c = 1; c < cus.size(); ++c) {
+      const double at = cus[c].fit(first, cpu);
+      if (at < best_at) best = c, best_at = at;
+    }
+    cus[best].book(best_at, cpu);
+    arrival = std::max(arrival, best_at + cpu);
+    if (world.tracing) {
+      world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " tcp from r", src,
+                                                   " ", wg.id),
+                    what, peer, int(best), best_at * 1e6, cpu * 1e6});
+    }
+  }
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {
     const int track = !near                        ? kNicTrack

@@ -34,6 +34,8 @@ class Calendar {
   /// Books `duration` seconds at the earliest free stretch starting at or after `ready`; returns
   /// its start.
   double book(double ready, double duration);
+  /// The start `book(ready, duration)` would return, without booking.
+  double fit(double ready, double duration) const;
   /// The earliest time at or after `t` at which the resource is not busy.
   double free_from(double t) const;
   /// Forgets the stretches that end at or before `t` (no request can be ready before it).
@@ -87,9 +89,11 @@ struct VirtualTime {
   std::vector<char> resumed;   // per rank: its kernel's end was reached
   std::vector<double> clock;   // per rank: the host thread's virtual time
   std::vector<VirtualDevice> devices;
-  /// The NICs' egress, per (node, NIC) (`model::Links::nic_of`): the devices sharing one take it
-  /// in turn.
+  /// The NICs' egress and ingress, per (node, NIC) (`model::Links::nic_of`): the devices sharing
+  /// one take it in turn, and a put across nodes holds the sender's egress and the receiver's
+  /// ingress for the same stretch, so senders into one NIC (incast) queue on it.
   std::vector<Calendar> nics;
+  std::vector<Calendar> nic_ingress;
   bool stopping = false;
   std::thread driver;
 
@@ -118,7 +122,9 @@ struct VirtualTime {
   /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
   /// copy's time at the device's share of a shared node memory, and inside a node the issuing
   /// compute unit for `put_cu_share` of that time first (advancing the workgroup's clock);
-  /// returns the arrival time.
+  /// across nodes the sender's NIC egress and the receiver's NIC ingress together, and with
+  /// `nic_cpu_gbps` the issuing compute unit and then a compute unit of `peer` for the bytes'
+  /// CPU time (`model::nic_cpu_seconds`). Returns the arrival time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
   double signal_arrival(const WgState& wg, int peer) const;

@@ -185,6 +185,11 @@ double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
   return us * 1e-6 + d(bytes) / (gbps * 1e9);
 }
 
+double nic_cpu_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
+  if (src == dst || p.links.same_node(src, dst) || !(p.links.nic_cpu_gbps > 0)) return 0;
+  return d(bytes) / (p.links.nic_cpu_gbps * 1e9);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Preset files
 //
@@ -228,6 +233,7 @@ constexpr Field kFields[] = {
     {"links", "nics_per_node", Type::integer, 1, 4096, false, "", true},
     {"links", "put_us", Type::number, 0, 1e6, false, "us"},
     {"links", "put_cu_share", Type::number, 0, 1, false, ""},
+    {"links", "nic_cpu_gbps", Type::number, 0, 1e6, false, "GB/s", true},
 };
 constexpr int kPlainFields = sizeof(kFields) / sizeof(kFields[0]);
 constexpr Field kEfficiency{"efficiency", "", Type::number, 0, 4, true, ""};
@@ -284,6 +290,7 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "links.peer_us") return &p.links.peer_us;
   if (field == "links.nic_gbps") return &p.links.nic_gbps;
   if (field == "links.nic_us") return &p.links.nic_us;
+  if (field == "links.nic_cpu_gbps") return &p.links.nic_cpu_gbps;
   return nullptr;
 }
 
@@ -444,7 +451,8 @@ std::string to_text(const Preset& p) {
       << "nic_us = " << p.links.nic_us << "\n"
       << "nics_per_node = " << p.links.nics() << "\n"
       << "put_us = " << p.links.put_us << "\n"
-      << "put_cu_share = " << p.links.put_cu_share << "\n\n[efficiency]\n";
+      << "put_cu_share = " << p.links.put_cu_share << "\n"
+      << "nic_cpu_gbps = " << p.links.nic_cpu_gbps << "\n\n[efficiency]\n";
   for (int k = 0; k < kKernels; ++k)
     out << to_string(static_cast<Kernel>(k)) << " = " << p.efficiency[k] << "\n";
   return out.str();

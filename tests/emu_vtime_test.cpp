@@ -154,6 +154,77 @@ TEST(EmuVirtualTime, DevicesSharingANicTakeItInTurn) {
   expect_times(across_nodes(4, 2, {0, 1, 2}), {8e-6, 8e-6, 9e-6, 5e-6, 8e-6, 8e-6, 9e-6, 5e-6});
 }
 
+/// Two nodes of 2 devices, one NIC each: every (sender, receiver) of `puts` sends 1000 bytes
+/// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
+/// bytes on its compute unit (1 us per 500), then puts, then waits for every put to it. With
+/// `nic_cpu_gbps`, the network stack's CPU cost. Returns every rank's clock after the run.
+std::vector<double> puts_across(const std::vector<std::pair<int, int>>& puts, double nic_cpu_gbps,
+                                std::vector<std::int64_t> copy_bytes = {0, 0, 0, 0}) {
+  WorldOptions o = virtual_world(4, 1);
+  auto p = std::make_shared<fc::model::Preset>(*o.model);
+  p->links.gpus_per_node = 2;
+  p->links.nic_cpu_gbps = nic_cpu_gbps;
+  o.model = p;
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
+    const int slot = rk.slots("arrived", 1);
+    const int r = comm.rank();
+    const auto incoming =
+        std::count_if(puts.begin(), puts.end(), [&](auto pr) { return pr.second == r; });
+    const std::vector<char> data(1000, 'x');
+    std::vector<char> a(static_cast<std::size_t>(copy_bytes[r]), 'a'), b(a.size());
+    const std::uint64_t target = incoming ? rk.expect(slot, std::uint64_t(incoming)) : 0;
+    rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
+      if (!a.empty())
+        wg.compute("copy", {fc::model::copy(std::int64_t(a.size()))},
+                   [&] { std::memcpy(b.data(), a.data(), a.size()); });
+      for (auto [src, dst] : puts)
+        if (src == r) wg.put_signal(dst, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
+      if (incoming) co_await wg.wait_until(slot, Cmp::ge, target);
+      co_return;
+    });
+    EXPECT_EQ(a, b);
+  });
+  std::vector<double> t;
+  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
+  return t;
+}
+
+TEST(EmuVirtualTime, TheReceiversNicTakesIncomingPutsInTurn) {
+  // Ranks 0 and 1 (node 0, a NIC each) put into rank 2 (node 1): rank 0's put holds its egress
+  // and rank 2's ingress 5-6 us and lands at 8; rank 1's egress is free but the ingress is not
+  // until 6, so its put crosses 6-7 and lands at 9, when rank 2's wait ends. Rank 3 idles (5).
+  expect_times(puts_across({{0, 2}, {1, 2}}, 0), {8e-6, 9e-6, 9e-6, 5e-6});
+  // Into different NICs, nothing queues.
+  expect_times(puts_across({{0, 2}, {1, 3}}, 0), {8e-6, 8e-6, 8e-6, 8e-6});
+  // Both at once: rank 1 puts to 3 (5-6 us) then to 2, whose ingress rank 0 holds 5-6 and whose
+  // own egress holds 5-6: 6-7, landing at 9; rank 3's put arrives at 8.
+  expect_times(puts_across({{0, 2}, {1, 3}, {1, 2}}, 0), {8e-6, 9e-6, 9e-6, 8e-6});
+  // Three senders into rank 2, rank 3 inside its node (a peer link, not the NIC): 0 and 1 cross
+  // in turn 5-6 and 6-7 (land 8, 9); 3's put lands at 8.
+  expect_times(puts_across({{0, 2}, {1, 2}, {3, 2}}, 0), {8e-6, 9e-6, 9e-6, 8e-6});
+}
+
+TEST(EmuVirtualTime, APutAcrossNodesCostsBothCoresTheNetworkStack) {
+  // nic_cpu_gbps = 0.5: 1000 bytes keep a core 2 us at each end. Rank 2 puts to rank 0: its core
+  // 5-7 us while the bytes cross 5-6; they have left at 7 and land at 9; rank 0's core takes
+  // them in from the first byte's arrival, 7-9. Both end at 9 (8 without the cost).
+  expect_times(puts_across({{2, 0}}, 0.5), {9e-6, 5e-6, 9e-6, 5e-6});
+  expect_times(puts_across({{2, 0}}, 0), {8e-6, 5e-6, 8e-6, 5e-6});
+  // The receiver's core computes first (a copy of 2500 bytes, 5-10 us): it takes the bytes in
+  // 10-12, so the data is there at 12, not 9 (without the cost: 10, its copy's end).
+  expect_times(puts_across({{2, 0}}, 0.5, {2500, 0, 0, 0}), {12e-6, 5e-6, 12e-6, 5e-6});
+  expect_times(puts_across({{2, 0}}, 0, {2500, 0, 0, 0}), {10e-6, 5e-6, 8e-6, 5e-6});
+  // The sender's core copies first (1500 bytes, 5-8 us): its stack runs 8-10 while the bytes
+  // cross 8-9; they have left at 10, land at 12, taken in 10-12. Without the cost: 8-9, at 11.
+  expect_times(puts_across({{2, 0}}, 0.5, {0, 0, 1500, 0}), {12e-6, 5e-6, 12e-6, 5e-6});
+  expect_times(puts_across({{2, 0}}, 0, {0, 0, 1500, 0}), {11e-6, 5e-6, 11e-6, 5e-6});
+  // Inside a node the cost does not apply: OnePut's 8 us.
+  expect_times(puts_across({{2, 3}}, 0.5), {5e-6, 5e-6, 8e-6, 8e-6});
+}
+
 /// Rank 0 puts 1000 bytes with a signal to rank 1 (the OnePut kernel), then copies `copy_bytes`
 /// on its compute unit (none: 0); returns rank `clock_of`'s clock.
 double put_world(const WorldOptions& o, std::int64_t copy_bytes, int clock_of) {
@@ -475,7 +546,8 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
 
 /// A fixed sequence of calls (each op in each mode, plain and compressed collectives), each
 /// timed in virtual time between barriers, its output checked against ref/.
-Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int host_threads) {
+Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int host_threads,
+                     std::shared_ptr<const fc::model::Preset> model = nullptr) {
   constexpr int P = 4;
   WorldOptions o;
   o.world_size = P;
@@ -483,6 +555,7 @@ Outcome run_sequence(const std::string& preset, std::uint64_t fuzz_seed, int hos
   o.fuzz_seed = fuzz_seed;
   o.clock = fc::emu::ClockKind::virtual_time;
   o.preset = preset;
+  o.model = std::move(model);
   o.device.max_resident_wgs = 8;  // small grids keep the test fast on any preset
   World world(o);
   Outcome out;
@@ -630,6 +703,26 @@ TEST(EmuVirtualTime, SameTimesForEverySeedAndHostThreadCount) {
   EXPECT_EQ(run_sequence("mi250x", 12345, 2), base);
 }
 
+TEST(EmuVirtualTime, SameTimesAcrossNodesWithNetworkStackCosts) {
+  // 2 nodes of 2, one NIC per node shared by both devices and taking incast in turn, and a
+  // network stack that costs both ends' cores: senders book each other's compute units.
+  auto p = std::make_shared<fc::model::Preset>(fc::model::load_preset("host"));
+  p->links.gpus_per_node = 2;
+  p->links.nics_per_node = 1;
+  p->links.nic_gbps = 1.2;
+  p->links.nic_us = 24;
+  p->links.nic_cpu_gbps = 1.5;
+  const Outcome base = run_sequence("", 0, 1, p);
+  EXPECT_EQ(run_sequence("", 7, 2, p), base);
+  EXPECT_EQ(run_sequence("", 12345, 3, p), base);
+  auto free_stack = std::make_shared<fc::model::Preset>(*p);
+  free_stack->links.nic_cpu_gbps = 0;
+  const Outcome without = run_sequence("", 0, 1, free_stack);
+  EXPECT_EQ(without.outputs, base.outputs);
+  ASSERT_EQ(without.times.size(), base.times.size());
+  EXPECT_GT(base.times.back(), without.times.back());  // the cost is charged
+}
+
 TEST(EmuVirtualTime, HostPresetBitExactToo) {
   const Outcome a = run_sequence("host", 3, 2);
   EXPECT_EQ(run_sequence("host", 0, 1).times, a.times);
@@ -666,6 +759,10 @@ TEST(EmuVirtualTime, BadPresetsAreRejectedByName) {
   nics->links.nics_per_node = 3;
   o.model = nics;
   fails(o, "links.nics_per_node = 3 is out of range");
+  auto cpu = std::make_shared<fc::model::Preset>(round_preset(1));
+  cpu->links.nic_cpu_gbps = -2;
+  o.model = cpu;
+  fails(o, "links.nic_cpu_gbps = -2 is out of range");
 }
 
 TEST(EmuVirtualTime, WallClockHasNoVirtualTime) {

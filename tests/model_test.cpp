@@ -187,6 +187,14 @@ TEST(Model, TransferInsideAndAcrossNodes) {
   EXPECT_DOUBLE_EQ(m::transfer_seconds(p, 0, 1, 10000), 1e-6 + 1e-6);  // 10 GB/s + 1 us
   EXPECT_DOUBLE_EQ(m::transfer_seconds(p, 1, 2, 10000), 5e-6 + 1e-5);  // 1 GB/s + 5 us
   EXPECT_EQ(m::transfer_seconds(p, 3, 3, 10000), 0.0);
+  // The network stack's CPU time: none unless the preset has it, and only across nodes.
+  EXPECT_EQ(m::nic_cpu_seconds(p, 1, 2, 10000), 0.0);
+  m::Preset tcp = p;
+  tcp.links.nic_cpu_gbps = 2;
+  EXPECT_DOUBLE_EQ(m::nic_cpu_seconds(tcp, 1, 2, 10000), 5e-6);  // 10 kB at 2 GB/s
+  EXPECT_DOUBLE_EQ(m::nic_cpu_seconds(tcp, 2, 0, 10000), 5e-6);
+  EXPECT_EQ(m::nic_cpu_seconds(tcp, 0, 1, 10000), 0.0);  // inside a node
+  EXPECT_EQ(m::nic_cpu_seconds(tcp, 2, 2, 10000), 0.0);
 }
 
 TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
@@ -344,6 +352,18 @@ TEST(Model, RejectsBadFilesNamingTheField) {
                         "links.gpus_per_node = 8"));
   EXPECT_THAT(parse_error(edit(shared, "nics_per_node", "nics_per_node = 1.5")),
               HasSubstr("links.nics_per_node = 1.5 is not an integer"));
+  // nic_cpu_gbps is optional (0: no network-stack cost), a number in [0, 1e6] GB/s.
+  EXPECT_EQ(one_each.links.nic_cpu_gbps, 0.0);
+  EXPECT_THAT(m::to_text(one_each), HasSubstr("nic_cpu_gbps = 0\n"));
+  const std::string tcp = edit(good, "nic_us", "nic_us = 2\nnic_cpu_gbps = 1.25");
+  EXPECT_EQ(m::parse_preset(tcp, "test").links.nic_cpu_gbps, 1.25);
+  EXPECT_EQ(m::to_text(m::parse_preset(m::to_text(m::parse_preset(tcp, "t")), "round trip")),
+            m::to_text(m::parse_preset(tcp, "t")));
+  EXPECT_THAT(parse_error(edit(tcp, "nic_cpu_gbps", "nic_cpu_gbps = -1")),
+              HasSubstr("links.nic_cpu_gbps = -1 is out of range: it must be a number in [0, "
+                        "1e+06] GB/s"));
+  EXPECT_THAT(parse_error(edit(tcp, "nic_cpu_gbps", "nic_cpu_gbps = fast")),
+              HasSubstr("links.nic_cpu_gbps = 'fast' is not a number"));
   // A negative or zero bandwidth, a negative latency, an efficiency above 4.
   EXPECT_THAT(parse_error(edit(good, "peer_gbps", "peer_gbps = -5")),
               HasSubstr("links.peer_gbps = -5 is out of range: it must be a number in (0, 1e+06] "

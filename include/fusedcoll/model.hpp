@@ -79,7 +79,7 @@ struct Links {
   /// spends moving its bytes, in [0, 1]: 0 where a DMA engine or the fabric carries them while the
   /// compute unit goes on (GPUs), 1 where the issuing core copies them itself (`host`: an
   /// `MPI_Put` into a shared-memory window is a `memcpy` by the caller). Puts across nodes leave
-  /// through the NIC and never occupy it.
+  /// through the NIC and occupy it only for `nic_cpu_gbps`.
   double put_cu_share = 0;
   /// The NICs of a node, in [1, gpus_per_node]; 0 (a preset file that leaves it out): one per
   /// device. Device d of a node (d = rank % gpus_per_node) sends across nodes through the node's
@@ -87,6 +87,12 @@ struct Links {
   /// stream over the host's one link is `nics_per_node = 1` with the whole link's `nic_gbps`.
   /// Last, so that brace-initialised `Links` written before it stay valid.
   int nics_per_node = 0;
+  /// The host CPU's cost of moving bytes across nodes, GB/s of one compute unit: a put of `b`
+  /// bytes to another node keeps a compute unit of the sender and one of the receiver busy
+  /// `b / nic_cpu_gbps` each (the kernel's copy and TCP/IP work of a socket transport, done on the
+  /// ranks' own cores), overlapping the bytes' time on the wire. 0 (a preset file that leaves it
+  /// out): no such cost, as for a NIC that DMAs (RDMA, the GPU presets). Last, as nics_per_node.
+  double nic_cpu_gbps = 0;
 
   bool same_node(int a, int b) const noexcept { return a / gpus_per_node == b / gpus_per_node; }
   /// The NICs of a node (`nics_per_node`, or `gpus_per_node` where that is 0).
@@ -201,6 +207,9 @@ double device_seconds(const Preset& p, const Work& w);
 /// Seconds from `src` putting `bytes` to their arrival at `dst`, on an idle link: latency plus
 /// bytes over the link's bandwidth. 0 for `src == dst`.
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
+/// Seconds a put of `bytes` from `src` to `dst` keeps a compute unit of each of them busy in the
+/// host's network stack (`Links::nic_cpu_gbps`): 0 inside a node or where the preset has none.
+double nic_cpu_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
 /// The kernel launch, seconds.
 inline double launch_seconds(const Preset& p) { return p.device.launch_us * 1e-6; }
 
