@@ -454,6 +454,30 @@ Result simulate(const Cluster& c, const std::function<Program(int)>& program, co
     run.prog[static_cast<std::size_t>(r)].steps = std::move(p);
     run.prog[static_cast<std::size_t>(r)].flows.resize(exchanges);
   }
+  if (c.preset.links.nic_cpu_gbps > 0) {
+    // The network stack's CPU cost (model::nic_cpu_seconds, as the emulator books it): the bytes
+    // an exchange sends across nodes hold the sender's kernel that much longer, those it receives
+    // the receiver's unpack. Coarser than the emulator, which books each put's at both ends as
+    // it happens; the AllReduce's stages carry no such cost here.
+    std::vector<std::vector<double>> in(exchanges, std::vector<double>(P, 0.0));
+    for (int r = 0; r < run.P; ++r) {
+      std::size_t x = 0;
+      for (Step& s : run.prog[static_cast<std::size_t>(r)].steps) {
+        if (s.kind != Step::exchange) continue;
+        for (const Send& snd : s.sends) {
+          const double cpu = model::nic_cpu_seconds(c.preset, r, snd.dst, snd.bytes);
+          s.seconds += cpu;
+          in[x][static_cast<std::size_t>(snd.dst)] += cpu;
+        }
+        ++x;
+      }
+    }
+    for (int r = 0; r < run.P; ++r) {
+      std::size_t x = 0;
+      for (Step& s : run.prog[static_cast<std::size_t>(r)].steps)
+        if (s.kind == Step::exchange) s.after += in[x++][static_cast<std::size_t>(r)];
+    }
+  }
   run.expected.assign(exchanges, std::vector<std::int64_t>(P, 0));
   run.expected_flows.assign(exchanges, std::vector<std::int64_t>(P, 0));
   for (int a = 0; a < run.N; ++a) {

@@ -1,5 +1,7 @@
 // The scale-out simulator (sim/, docs/simulation.md "Scale-out"): SimGrid's transfer times are the
 // cost model's, a 2-node DLRM iteration's numbers are pinned, bad configurations are rejected.
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -68,6 +70,38 @@ TEST(Sim, TwoTransfersShareAnInterNodeLink) {
   });
   // Different receivers, different NICs: both at full speed, no sharing.
   EXPECT_NEAR(r.iteration, fc::model::transfer_seconds(c.preset, 0, 8, bytes), 1e-6);
+}
+
+/// One exchange of `bytes` from each of `senders` to rank `to`, on `c`.
+sim::Result exchange_into(const sim::Cluster& c, const std::vector<int>& senders, int to,
+                          std::int64_t bytes) {
+  return sim::run_isolated([&] {
+    return sim::simulate(
+        c,
+        [&](int rank) {
+          sim::Step s;
+          s.kind = sim::Step::exchange;
+          s.phase = "x";
+          if (std::find(senders.begin(), senders.end(), rank) != senders.end())
+            s.sends.push_back({0, to, bytes});
+          return sim::Program{s};
+        },
+        sim::Options{});
+  });
+}
+
+TEST(Sim, TheNetworkStacksCpuCostHoldsBothEnds) {
+  // nic_cpu_gbps: the sender's kernel and the receiver's unpack each take bytes / rate more, so
+  // the receiver is done a transfer plus that after the start; inside a node nothing changes.
+  sim::Cluster c = cluster("mi250x", 2);
+  const int G = c.preset.links.gpus_per_node;
+  const std::int64_t bytes = 8 << 20;
+  c.preset.links.nic_cpu_gbps = 4;
+  const double cpu = bytes / 4e9;
+  EXPECT_NEAR(exchange_into(c, {0}, G, bytes).iteration,
+              fc::model::transfer_seconds(c.preset, 0, G, bytes) + cpu, 1e-6);
+  EXPECT_NEAR(exchange_into(c, {0}, 1, bytes).iteration,
+              fc::model::transfer_seconds(c.preset, 0, 1, bytes), 1e-6);
 }
 
 TEST(Sim, TwoNodeDlrmIterationIsPinned) {
