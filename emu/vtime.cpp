@@ -88,7 +88,6 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   }
   for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
   nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
-  nic_ingress.resize(nics.size());
   if (model::shares_node_memory(preset)) {
     const int g = preset.links.gpus_per_node;
     for (int r = 0; r < world.size; ++r)
@@ -182,8 +181,8 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   const int cus = preset.device.compute_units;
   // A resource another device books may still be booked from that device's clock (its kernels
   // start at or after it), which may be earlier than this kernel's start: the NIC the node's
-  // devices share, the ingress any sender books, and with a network stack's CPU cost
-  // (`nic_cpu_gbps`) this device's compute units, which senders on other nodes book too.
+  // devices share, and with a network stack's CPU cost (`nic_cpu_gbps`) this device's compute
+  // units, which senders on other nodes book too.
   double nic_from = start, world_from = start;
   for (int r = 0; r < world.size; ++r) {
     if (r == rank) continue;
@@ -194,7 +193,6 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   for (auto& cu : devices[rank].cus) cu.forget_before(cu_from);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
   nics[devices[rank].nic].forget_before(nic_from);
-  nic_ingress[devices[rank].nic].forget_before(world_from);
   for (auto& wg : k.wgs) {
     wg->vcu = wg->id % cus;
     wg->vclock = start;
@@ -310,22 +308,9 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                     what, src, wg.vcu, ready * 1e6, cpu * 1e6});
     }
   }
-  double start = 0;
-  if (near) {
-    start = link.book(ready, seconds);
-  } else {
-    // The sender's egress and the receiver's ingress, at once: the earliest stretch free on both.
-    Calendar& in = nic_ingress[devices[peer].nic];
-    double t = ready;
-    for (;;) {
-      const double a = link.fit(t, seconds);
-      const double b = in.fit(a, seconds);
-      if (b == a) break;
-      t = b;
-    }
-    start = link.book(t, seconds);
-    in.book(t, seconds);
-  }
+  // The sender's link only: the receiver's NIC is not booked (docs/simulation.md, "Scale-out:
+  // assumptions and limits": the simulator forwards across rails, which an ingress here breaks).
+  const double start = link.book(ready, seconds);
   double arrival = std::max(start + seconds, cpu_done) + latency;
   if (cpu > 0) {
     // The receiver's core takes the bytes in from when the first of them arrives: on whichever of

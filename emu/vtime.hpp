@@ -89,11 +89,9 @@ struct VirtualTime {
   std::vector<char> resumed;   // per rank: its kernel's end was reached
   std::vector<double> clock;   // per rank: the host thread's virtual time
   std::vector<VirtualDevice> devices;
-  /// The NICs' egress and ingress, per (node, NIC) (`model::Links::nic_of`): the devices sharing
-  /// one take it in turn, and a put across nodes holds the sender's egress and the receiver's
-  /// ingress for the same stretch, so senders into one NIC (incast) queue on it.
+  /// The NICs' egress, per (node, NIC) (`model::Links::nic_of`): the devices sharing one take it
+  /// in turn.
   std::vector<Calendar> nics;
-  std::vector<Calendar> nic_ingress;
   bool stopping = false;
   std::thread driver;
 
@@ -122,8 +120,7 @@ struct VirtualTime {
   /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
   /// copy's time at the device's share of a shared node memory, and inside a node the issuing
   /// compute unit for `put_cu_share` of that time first (advancing the workgroup's clock);
-  /// across nodes the sender's NIC egress and the receiver's NIC ingress together, and with
-  /// `nic_cpu_gbps` the issuing compute unit and then a compute unit of `peer` for the bytes'
+  /// across nodes the sender's NIC, and with `nic_cpu_gbps` the issuing compute unit and then a compute unit of `peer` for the bytes'
   /// CPU time (`model::nic_cpu_seconds`). Returns the arrival time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
