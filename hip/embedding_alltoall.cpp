@@ -9,9 +9,16 @@
 //              this GPU), then bump 'emb.from'[me] on q. Block 0 of each rank waits for every
 //              source's tile count before the kernel ends.
 // - scale_out: remote tiles pool into the staging slice for q ([B_q, T_me, D]) and bump the local
-//              done-mask 'emb.done'[q]; the block whose add completes the slice copies it whole into
-//              q's receive buffer and signals 'emb.arrive'[me] on q. Then every block waits for
-//              each source's slice and unpacks its share into table-id order.
+//              done-mask 'emb.done'[q]. The slice's put is split into pieces of kPutPiece floats
+//              queued after the tiles: a block that claims a piece waits for the done-mask, copies
+//              the piece into q's receive buffer and counts it on 'emb.sent'[q]; the piece that
+//              completes the slice signals 'emb.arrive'[me] on q once (the emulator's one
+//              put_signal per slice, with the copy spread over the grid instead of one block).
+//              Then every block waits for each source's slice and unpacks its share into
+//              table-id order.
+//
+// Every tile kernel claims its tiles from one counter per rank and launch (block_claim), as the
+// emulator's persistent kernels do.
 // - unfused  : kernel 1 pools every local bag into L [B, T_me, D]; kernel 2 (after the kernel
 //              boundary, so no signals) copies every rank's rows of every owner's L into place.
 
@@ -59,10 +66,14 @@ struct EmbParams {
   const EmbRank* ranks;               // [P]
   const EmbTile* tiles;               // every rank's tiles, rank-major
   const std::int64_t* tile_begin;     // [P + 1]
+  const PutPiece* pieces;             // scale_out: every rank's slice pieces, rank-major
+  const std::int64_t* piece_begin;    // [P + 1]
+  unsigned long long* claims;         // [P]: each rank's work-queue counter, zeroed per call
   SyncView sync;
-  int from, done, arrive;             // slot bases
+  int from, done, arrive, sent;       // slot bases
   const std::uint64_t* wait_target;   // [P][P]: rank me's target for source p's slot
   const std::uint64_t* done_target;   // [P][P]: rank me's done-mask target for destination q
+  const std::uint64_t* sent_target;   // [P][P]: rank me's piece count target for destination q
 };
 
 /// Pools bags [b0, b0 + rows) of one table into dst (row stride ld): one thread per element.
@@ -87,8 +98,9 @@ __global__ void emb_scale_up(EmbParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const EmbRank& R = p.ranks[me];
   const std::int64_t T = p.T, D = p.D;
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const EmbTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
+    const EmbTile tl = p.tiles[p.tile_begin[me] + i];
     const std::int64_t t = p.ids[p.tables_before[me] + tl.k];
     float* dst = p.ranks[tl.q].out + tl.i0 * T * D + t * D;
     pool_rows(R.tables[tl.k], D, p.mean, p.start[tl.q] + tl.i0, tl.i1 - tl.i0, dst, T * D);
@@ -105,8 +117,22 @@ __global__ void emb_scale_out(EmbParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const EmbRank& R = p.ranks[me];
   const std::int64_t T = p.T, D = p.D, tpm = p.tp[me];
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const EmbTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  const std::int64_t items = nt + p.piece_begin[me + 1] - p.piece_begin[me];
+  // Tiles first, then the pieces: a block waiting for a slice's done-mask only waits for tiles
+  // already claimed by running blocks, so the queue cannot deadlock.
+  for (std::int64_t i = block_claim(p.claims + me); i < items; i = block_claim(p.claims + me)) {
+    if (i >= nt) {
+      const PutPiece pc = p.pieces[p.piece_begin[me] + i - nt];
+      if (!block_wait(p.sync, me, p.done + pc.q, p.done_target[me * P + pc.q])) return;
+      const float* slice = R.stage + p.start[pc.q] * tpm * D;  // [B_q, T_me, D]
+      float* dst = p.ranks[pc.q].recv + p.batch[pc.q] * p.tables_before[me] * D;
+      block_copy(dst + pc.off, slice + pc.off, pc.len);
+      if (block_done_is_last(slot_ptr(p.sync, me, p.sent + pc.q), p.sent_target[me * P + pc.q]))
+        block_signal(p.sync, pc.q, p.arrive + me, 1);
+      continue;
+    }
+    const EmbTile tl = p.tiles[p.tile_begin[me] + i];
     const std::int64_t b0 = p.start[tl.q] + tl.i0, rows = tl.i1 - tl.i0;
     if (tl.q == me) {
       const std::int64_t t = p.ids[p.tables_before[me] + tl.k];
@@ -115,23 +141,21 @@ __global__ void emb_scale_out(EmbParams p) {
     }
     float* slice = R.stage + p.start[tl.q] * tpm * D;  // [B_q, T_me, D]
     pool_rows(R.tables[tl.k], D, p.mean, b0, rows, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
-    if (block_done_is_last(slot_ptr(p.sync, me, p.done + tl.q), p.done_target[me * P + tl.q])) {
-      float* dst = p.ranks[tl.q].recv + p.batch[tl.q] * p.tables_before[me] * D;
-      block_copy(dst, slice, p.batch[tl.q] * tpm * D);
-      block_signal(p.sync, tl.q, p.arrive + me, 1);
-    }
+    block_signal(p.sync, me, p.done + tl.q, 1);
   }
+  // Unpack: the grid's threads each copy elements (D is often below the block size, so a row per
+  // block would leave most threads idle).
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (int j = 1; j < P; ++j) {
     const int src = (me + j) % P;
     const std::int64_t tps = p.tp[src], bm = p.batch[me];
     if (tps == 0 || bm == 0) continue;  // that source sends us no slice
     if (!block_wait(p.sync, me, p.arrive + src, p.wait_target[me * P + src])) return;
     const float* block = R.recv + bm * p.tables_before[src] * D;
-    for (std::int64_t row = blockIdx.x; row < bm * tps; row += gridDim.x) {
-      const std::int64_t i = row / tps, k = row % tps;
-      const std::int64_t t = p.ids[p.tables_before[src] + k];
-      float* o = R.out + i * T * D + t * D;
-      for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = block[row * D + d];
+    for (std::int64_t e = first; e < bm * tps * D; e += stride) {
+      const std::int64_t row = e / D, d = e % D, i = row / tps, k = row % tps;
+      R.out[i * T * D + p.ids[p.tables_before[src] + k] * D + d] = block[e];
     }
   }
 }
@@ -141,8 +165,9 @@ __global__ void emb_pool(EmbParams p) {
   const int me = static_cast<int>(blockIdx.y);
   const EmbRank& R = p.ranks[me];
   const std::int64_t D = p.D, tpm = p.tp[me];
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const EmbTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
+    const EmbTile tl = p.tiles[p.tile_begin[me] + i];
     pool_rows(R.tables[tl.k], D, p.mean, tl.i0, tl.i1 - tl.i0, R.stage + (tl.i0 * tpm + tl.k) * D,
               tpm * D);
   }
@@ -153,14 +178,12 @@ __global__ void emb_pool(EmbParams p) {
 __global__ void emb_gather(EmbParams p) {
   const int me = static_cast<int>(blockIdx.y);
   const EmbRank& R = p.ranks[me];
-  const std::int64_t T = p.T, D = p.D, rows = p.batch[me] * T;
-  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const std::int64_t i = row / T, t = row % T;
+  const std::int64_t T = p.T, D = p.D, n = p.batch[me] * T * D;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = e / D, d = e % D, i = row / T, t = row % T;
     const int owner = p.owner[t];
-    const float* src =
-        p.ranks[owner].stage + ((p.start[me] + i) * p.tp[owner] + p.local_k[t]) * D;
-    float* o = R.out + row * D;
-    for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = src[d];
+    R.out[e] = p.ranks[owner].stage[((p.start[me] + i) * p.tp[owner] + p.local_k[t]) * D + d];
   }
 }
 
@@ -217,6 +240,22 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
   }
 
+  // scale_out: each rank's slice puts in pieces, destinations in the plan's remote-first order.
+  std::vector<PutPiece> pieces;
+  std::vector<std::int64_t> piece_begin(P + 1, 0);
+  std::vector<std::int64_t> piece_count(static_cast<std::size_t>(P * P), 0);
+  std::int64_t most_items = most;
+  if (mode == Mode::scale_out)
+    for (int me = 0; me < P; ++me) {
+      for (int q : remote_first(me, P)) {
+        if (q == me || pl.tiles(me, q) == 0) continue;
+        piece_count[me * P + q] = append_pieces(pieces, q, pl.slice_floats(me, q));
+      }
+      piece_begin[me + 1] = static_cast<std::int64_t>(pieces.size());
+      most_items = std::max(most_items, tile_begin[me + 1] - tile_begin[me] + piece_begin[me + 1] -
+                                            piece_begin[me]);
+    }
+
   EmbParams p{};
   p.P = P;
   p.T = T;
@@ -232,10 +271,13 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   p.ranks = arena.upload(ranks);
   p.tiles = arena.upload(tiles);
   p.tile_begin = arena.upload(tile_begin);
+  p.pieces = arena.upload(pieces);
+  p.piece_begin = arena.upload(piece_begin);
+  p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
 
   std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
-      done_target(static_cast<std::size_t>(P * P), 0);
+      done_target(static_cast<std::size_t>(P * P), 0), sent_target(static_cast<std::size_t>(P * P), 0);
   if (mode == Mode::scale_up) {
     p.from = ctx.slots("emb.from", P);
     for (int me = 0; me < P; ++me)
@@ -244,31 +286,43 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   } else if (mode == Mode::scale_out) {
     p.done = ctx.slots("emb.done", P);
     p.arrive = ctx.slots("emb.arrive", P);
+    p.sent = ctx.slots("emb.sent", P);
     for (int me = 0; me < P; ++me)
       for (int o = 0; o < P; ++o) {
         if (o == me) continue;
         done_target[me * P + o] = ctx.expect(me, p.done + o, pl.tiles(me, o));
+        sent_target[me * P + o] =
+            ctx.expect(me, p.sent + o, static_cast<std::uint64_t>(piece_count[me * P + o]));
         // A source sends a slice (one signal) exactly when it has tiles for us.
         wait_target[me * P + o] = ctx.expect(me, p.arrive + o, pl.tiles(o, me) > 0 ? 1 : 0);
       }
   }
   p.wait_target = arena.upload(wait_target);
   p.done_target = arena.upload(done_target);
+  p.sent_target = arena.upload(sent_target);
 
+  // Grids before the timed region: the occupancy queries are host work.
   const std::int64_t threads = kThreads;
-  ctx.start_timing();
+  const std::int64_t elem_blocks = (max_b * T * D + kThreads - 1) / kThreads;
+  int g1 = 1, g2 = 1;
   if (mode == Mode::scale_up) {
-    const int g = ctx.blocks_per_rank(emb_scale_up, most);
-    emb_scale_up<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
+    g1 = ctx.blocks_per_rank(emb_scale_up, most);
   } else if (mode == Mode::scale_out) {
     // Every block unpacks received slices too, so size for both phases.
-    const int g = ctx.blocks_per_rank(emb_scale_out, std::max(most, max_b * max_tp));
-    emb_scale_out<<<dim3(g, P), threads, 0, ctx.stream()>>>(p);
+    g1 = ctx.blocks_per_rank(
+        emb_scale_out, std::max(most_items, (max_b * max_tp * D + kThreads - 1) / kThreads));
   } else {
-    const int g1 = ctx.blocks_per_rank(emb_pool, most);
+    g1 = ctx.blocks_per_rank(emb_pool, most);
+    g2 = ctx.blocks_per_rank(emb_gather, elem_blocks);
+  }
+  ctx.start_timing();
+  if (mode == Mode::scale_up) {
+    emb_scale_up<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+  } else if (mode == Mode::scale_out) {
+    emb_scale_out<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+  } else {
     emb_pool<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    const int g2 = ctx.blocks_per_rank(emb_gather, max_b * T);
     emb_gather<<<dim3(g2, P), threads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();

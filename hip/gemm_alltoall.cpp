@@ -7,10 +7,14 @@
 //
 // - scale_up : the tile goes straight into its final rows of s's output (plain device pointer),
 //              then 'gemm.from'[me] on s is bumped; block 0 of each rank waits for every host.
-// - scale_out: remote tiles fill the staging slice for s; the block completing it (done-mask
-//              'gemm.done'[s]) copies the slice into s's receive buffer and signals
-//              'gemm.arrive'[me]; every block then waits for each host's slice and copies its rows
-//              into expert order.
+// - scale_out: remote tiles fill the staging slice for s and bump the done-mask 'gemm.done'[s];
+//              the slice's put is split into pieces queued after the tiles: a block that claims a
+//              piece waits for the done-mask, copies it into s's receive buffer and counts it on
+//              'gemm.sent'[s]; the piece completing the slice signals 'gemm.arrive'[me] once.
+//              Every block then waits for each host's slice and copies its rows into expert order.
+//
+// Every tile kernel claims its tiles from one counter per rank and launch (block_claim), as the
+// emulator's persistent kernels do.
 // - unfused  : kernel 1 computes every tile into per-source row blocks of the stage; kernel 2
 //              (after the kernel boundary, no signals) copies each rank's rows from every host's
 //              stage into expert order.
@@ -72,10 +76,14 @@ struct GemmParams {
   const std::int64_t* ntiles;        // [h][s]: tiles host h computes for source s
   const RowRun* runs;                // runs of (me, h), rank-major then host
   const std::int64_t* run_begin;     // [P * P + 1]
+  const PutPiece* pieces;            // scale_out: every rank's slice pieces, rank-major
+  const std::int64_t* piece_begin;   // [P + 1]
+  unsigned long long* claims;        // [P]: each rank's work-queue counter, zeroed per call
   SyncView sync;
-  int from, done, arrive;
+  int from, done, arrive, sent;
   const std::uint64_t* wait_target;  // [me][h]
   const std::uint64_t* done_target;  // [me][s]
+  const std::uint64_t* sent_target;  // [me][s]
 };
 
 /// dst[r * ldd + c] = sum over k of a[r][k] * w[k][n0 + c] for r < rows, c < cols.
@@ -117,24 +125,26 @@ __device__ inline void compute(const GemmParams& p, const GemmRank& R, const Gem
   gemm_tile(ex.a + tl.a_row * p.K, ex.w, p.K, p.N, tl.rows, tl.n0, tl.cols, dst, ldd);
 }
 
-/// Copies the runs of (me, h) from `src` (rows of N floats) into me's output, rows spread over
-/// the rank's blocks.
+/// Copies the runs of (me, h) from `src` (rows of N floats) into me's output, the elements of
+/// each run spread over all threads of the rank's blocks.
 __device__ void copy_runs(const GemmParams& p, int me, int h, const float* src) {
   const std::int64_t N = p.N;
   float* out = p.ranks[me].out;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t r = p.run_begin[me * p.P + h]; r < p.run_begin[me * p.P + h + 1]; ++r) {
     const RowRun run = p.runs[r];
-    for (std::int64_t i = blockIdx.x; i < run.count; i += gridDim.x)
-      for (std::int64_t c = threadIdx.x; c < N; c += blockDim.x)
-        out[(run.out_row + i) * N + c] = src[(run.src_row + i) * N + c];
+    for (std::int64_t e = first; e < run.count * N; e += stride)
+      out[run.out_row * N + e] = src[run.src_row * N + e];
   }
 }
 
 __global__ void gemm_scale_up(GemmParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemmRank& R = p.ranks[me];
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const GemmTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
+    const GemmTile tl = p.tiles[p.tile_begin[me] + i];
     compute(p, R, tl, p.ranks[tl.s].out + tl.out_row * p.N + tl.n0, p.N);
     block_signal(p.sync, tl.s, p.from + me, 1);
   }
@@ -149,18 +159,28 @@ __global__ void gemm_scale_out(GemmParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemmRank& R = p.ranks[me];
   const std::int64_t N = p.N;
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const GemmTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  const std::int64_t items = nt + p.piece_begin[me + 1] - p.piece_begin[me];
+  // Tiles first, then the pieces: a block waiting for a slice's done-mask only waits for tiles
+  // already claimed by running blocks, so the queue cannot deadlock.
+  for (std::int64_t i = block_claim(p.claims + me); i < items; i = block_claim(p.claims + me)) {
+    if (i >= nt) {
+      const PutPiece pc = p.pieces[p.piece_begin[me] + i - nt];
+      if (!block_wait(p.sync, me, p.done + pc.q, p.done_target[me * P + pc.q])) return;
+      block_copy(p.ranks[pc.q].recv + p.recv_at[me * P + pc.q] * N + pc.off,
+                 R.stage + p.stage_at[me * P + pc.q] * N + pc.off, pc.len);
+      if (block_done_is_last(slot_ptr(p.sync, me, p.sent + pc.q), p.sent_target[me * P + pc.q]))
+        block_signal(p.sync, pc.q, p.arrive + me, 1);
+      continue;
+    }
+    const GemmTile tl = p.tiles[p.tile_begin[me] + i];
     if (tl.s == me) {
       compute(p, R, tl, R.out + tl.out_row * N + tl.n0, N);
       continue;
     }
     float* slice = R.stage + p.stage_at[me * P + tl.s] * N;
     compute(p, R, tl, slice + tl.so_row * N + tl.n0, N);
-    if (block_done_is_last(slot_ptr(p.sync, me, p.done + tl.s), p.done_target[me * P + tl.s])) {
-      block_copy(p.ranks[tl.s].recv + p.recv_at[me * P + tl.s] * N, slice, p.rows[me * P + tl.s] * N);
-      block_signal(p.sync, tl.s, p.arrive + me, 1);
-    }
+    block_signal(p.sync, me, p.done + tl.s, 1);
   }
   for (int j = 1; j < P; ++j) {
     const int h = (me + j) % P;
@@ -174,8 +194,9 @@ __global__ void gemm_scale_out(GemmParams p) {
 __global__ void gemm_compute(GemmParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemmRank& R = p.ranks[me];
-  for (std::int64_t i = p.tile_begin[me] + blockIdx.x; i < p.tile_begin[me + 1]; i += gridDim.x) {
-    const GemmTile tl = p.tiles[i];
+  const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
+  for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
+    const GemmTile tl = p.tiles[p.tile_begin[me] + i];
     compute(p, R, tl, R.stage + (p.stage_at[me * P + tl.s] + tl.so_row) * p.N + tl.n0, p.N);
   }
 }
@@ -277,10 +298,27 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   p.ntiles = arena.upload(ntiles);
   p.runs = arena.upload(runs);
   p.run_begin = arena.upload(run_begin);
+  p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
 
+  // scale_out: each rank's slice puts in pieces, sources in remote-first order.
+  std::vector<PutPiece> pieces;
+  std::vector<std::int64_t> piece_begin(P + 1, 0), piece_count(static_cast<std::size_t>(P * P), 0);
+  std::int64_t most_items = most;
+  if (mode == Mode::scale_out)
+    for (int me = 0; me < P; ++me) {
+      for (int s : remote_first(me, P))
+        if (s != me && ntiles[me * P + s] > 0)
+          piece_count[me * P + s] = append_pieces(pieces, s, rows[me * P + s] * N);
+      piece_begin[me + 1] = static_cast<std::int64_t>(pieces.size());
+      most_items = std::max(most_items, tile_begin[me + 1] - tile_begin[me] + piece_begin[me + 1] -
+                                            piece_begin[me]);
+    }
+  p.pieces = arena.upload(pieces);
+  p.piece_begin = arena.upload(piece_begin);
+
   std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
-      done_target(static_cast<std::size_t>(P * P), 0);
+      done_target(static_cast<std::size_t>(P * P), 0), sent_target(static_cast<std::size_t>(P * P), 0);
   if (mode == Mode::scale_up) {
     p.from = ctx.slots("gemm.from", P);
     for (int me = 0; me < P; ++me)
@@ -289,29 +327,41 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   } else if (mode == Mode::scale_out) {
     p.done = ctx.slots("gemm.done", P);
     p.arrive = ctx.slots("gemm.arrive", P);
+    p.sent = ctx.slots("gemm.sent", P);
     for (int me = 0; me < P; ++me)
       for (int o = 0; o < P; ++o) {
         if (o == me) continue;
         done_target[me * P + o] = ctx.expect(me, p.done + o, ntiles[me * P + o]);
+        sent_target[me * P + o] =
+            ctx.expect(me, p.sent + o, static_cast<std::uint64_t>(piece_count[me * P + o]));
         // A host sends a slice (one signal) exactly when it has tiles for us.
         wait_target[me * P + o] = ctx.expect(me, p.arrive + o, ntiles[o * P + me] > 0 ? 1 : 0);
       }
   }
   p.wait_target = arena.upload(wait_target);
   p.done_target = arena.upload(done_target);
+  p.sent_target = arena.upload(sent_target);
 
+  // Grids before the timed region: the occupancy queries are host work. The copies of rows
+  // into place are spread over threads, so they want a block per kThreads elements.
+  const std::int64_t copy_blocks = (most_rows * N + kThreads - 1) / kThreads;
+  int g1 = 1, g2 = 1;
+  if (mode == Mode::scale_up) {
+    g1 = ctx.blocks_per_rank(gemm_scale_up, most);
+  } else if (mode == Mode::scale_out) {
+    g1 = ctx.blocks_per_rank(gemm_scale_out, std::max(most_items, copy_blocks));
+  } else {
+    g1 = ctx.blocks_per_rank(gemm_compute, most);
+    g2 = ctx.blocks_per_rank(gemm_gather, copy_blocks);
+  }
   ctx.start_timing();
   if (mode == Mode::scale_up) {
-    const int gr = ctx.blocks_per_rank(gemm_scale_up, most);
-    gemm_scale_up<<<dim3(gr, P), kThreads, 0, ctx.stream()>>>(p);
+    gemm_scale_up<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
   } else if (mode == Mode::scale_out) {
-    const int gr = ctx.blocks_per_rank(gemm_scale_out, std::max(most, most_rows));
-    gemm_scale_out<<<dim3(gr, P), kThreads, 0, ctx.stream()>>>(p);
+    gemm_scale_out<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
   } else {
-    const int g1 = ctx.blocks_per_rank(gemm_compute, most);
     gemm_compute<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    const int g2 = ctx.blocks_per_rank(gemm_gather, most_rows);
     gemm_gather<<<dim3(g2, P), kThreads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();

@@ -11,8 +11,13 @@
 //              bumping 'gemv.y' there; block 0 of each rank waits for all tiles of y.
 // - scale_out: partials fill the staging slice of their owner; the block completing a slice
 //              (done-mask 'gemv.slice_done'[owner]) copies it to the owner's slices[me] and signals
-//              'gemv.slice_arrive'; owners reduce their tiles into `reduced`, whose last block sends
-//              it to every rank's gathered[owner] ('gemv.gathered'); every rank unpacks into y.
+//              'gemv.slice_arrive'; owners reduce their tiles straight into every rank's
+//              gathered[owner] (the all-gather's put, a tile per block instead of the whole chunk
+//              by one), and the block completing the chunk ('gemv.reduced_done') signals
+//              'gemv.gathered' on every rank; every rank unpacks into y.
+//
+// The tiles, then the owners' reductions, are one work queue per rank and launch that blocks
+// claim from (block_claim), as the emulator's persistent kernels do.
 // - unfused  : kernel 1 writes the whole partial [M, N]; kernel 2 is the direct AllReduce: rank j's
 //              blocks fold chunk_of(M*N, P, j) in rank order and write it to every rank's y.
 
@@ -44,7 +49,6 @@ struct GemvRank {
   float* partials;   // scale_up: [P][num_tiles][M][kTileN]
   float* stage;      // scale_out: [P][slice_floats]
   float* slices;     // scale_out: [P][slice_floats]
-  float* reduced;    // scale_out: [slice_floats]
   float* gathered;   // scale_out: [P][slice_floats]
   float* partial;    // unfused: [M, N]
 };
@@ -61,6 +65,7 @@ struct GemvParams {
   const std::int64_t* chunk_len;    // [P]
   std::int64_t slice_floats;        // M * max chunk length
   const GemvRank* ranks;            // [P]
+  unsigned long long* claims;       // [P]: each rank's work-queue counter, zeroed per call
   SyncView sync;
   int part_slot, y_slot, done_slot, arrive_slot, rdone_slot, gather_slot;
   const std::uint64_t* part_target;    // [P][num_tiles]
@@ -111,16 +116,21 @@ __global__ void gemv_scale_up(GemvParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemvRank& R = p.ranks[me];
   const std::int64_t M = p.M, N = p.N, tf = M * kTileN;
-  for (int i = static_cast<int>(blockIdx.x); i < p.num_tiles; i += gridDim.x) {
-    const int t = p.compute[me * p.num_tiles + i];
-    const GemvTile tile = p.tiles[t];
-    float* dst = p.ranks[tile.owner].partials + (static_cast<std::int64_t>(me) * p.num_tiles + t) * tf;
-    gemv_tile(R.w, R.x, R.k, M, tile.n0, tile.n1 - tile.n0, dst, kTileN);
-    block_signal(p.sync, tile.owner, p.part_slot + t, 1);
-  }
   const int mine0 = p.mine_begin[me], mine_n = p.mine_begin[me + 1] - mine0;
-  for (int i = static_cast<int>(blockIdx.x); i < mine_n; i += gridDim.x) {
-    const int t = p.mine[mine0 + i];
+  // The queue: this rank's partial tiles, then its own tiles' reductions (which wait only for
+  // partials of tiles already claimed by running blocks).
+  for (std::int64_t i = block_claim(p.claims + me); i < p.num_tiles + mine_n;
+       i = block_claim(p.claims + me)) {
+    if (i < p.num_tiles) {
+      const int t = p.compute[me * p.num_tiles + i];
+      const GemvTile tile = p.tiles[t];
+      float* dst =
+          p.ranks[tile.owner].partials + (static_cast<std::int64_t>(me) * p.num_tiles + t) * tf;
+      gemv_tile(R.w, R.x, R.k, M, tile.n0, tile.n1 - tile.n0, dst, kTileN);
+      block_signal(p.sync, tile.owner, p.part_slot + t, 1);
+      continue;
+    }
+    const int t = p.mine[mine0 + (i - p.num_tiles)];
     const GemvTile tile = p.tiles[t];
     if (!block_wait(p.sync, me, p.part_slot + t, p.part_target[me * p.num_tiles + t])) return;
     const std::int64_t width = tile.n1 - tile.n0;
@@ -147,36 +157,36 @@ __global__ void gemv_scale_out(GemvParams p) {
       const int owner = (me + j) % P;
       if (p.chunk_len[owner] == 0) block_signal(p.sync, owner, p.arrive_slot, 1);
     }
-  for (int i = static_cast<int>(blockIdx.x); i < p.num_tiles; i += gridDim.x) {
-    const int t = p.compute[me * p.num_tiles + i];
-    const GemvTile tile = p.tiles[t];
-    const std::int64_t off = p.chunk_off[tile.owner], len = p.chunk_len[tile.owner];
-    float* slice = R.stage + tile.owner * sf;  // [M][len]
-    gemv_tile(R.w, R.x, R.k, M, tile.n0, tile.n1 - tile.n0, slice + (tile.n0 - off), len);
-    if (block_done_is_last(slot_ptr(p.sync, me, p.done_slot + tile.owner),
-                           p.done_target[me * P + tile.owner])) {
-      block_copy(p.ranks[tile.owner].slices + me * sf, slice, M * len);
-      block_signal(p.sync, tile.owner, p.arrive_slot, 1);
-    }
-  }
   const std::int64_t off = p.chunk_off[me], len = p.chunk_len[me];
   const int mine0 = p.mine_begin[me], mine_n = p.mine_begin[me + 1] - mine0;
-  for (int i = static_cast<int>(blockIdx.x); i < mine_n; i += gridDim.x) {
-    const GemvTile tile = p.tiles[p.mine[mine0 + i]];
-    if (!block_wait(p.sync, me, p.arrive_slot, p.arrive_target[me])) return;
-    const std::int64_t c0 = tile.n0 - off, width = tile.n1 - tile.n0;
-    for (std::int64_t e = threadIdx.x; e < M * width; e += blockDim.x) {
-      const std::int64_t at = (e / width) * len + c0 + e % width;
-      float acc = R.slices[at];
-      for (int src = 1; src < P; ++src) acc = reduce_sum(acc, R.slices[src * sf + at]);
-      R.reduced[at] = acc;
-    }
-    if (block_done_is_last(slot_ptr(p.sync, me, p.rdone_slot), p.rdone_target[me]))
-      for (int j = 1; j <= P; ++j) {
-        const int q = (me + j) % P;
-        block_copy(p.ranks[q].gathered + me * sf, R.reduced, M * len);
-        block_signal(p.sync, q, p.gather_slot, 1);
+  // The queue: this rank's partial tiles, then its own tiles' reductions (which wait only for
+  // slices whose tiles are already claimed by running blocks).
+  for (std::int64_t i = block_claim(p.claims + me); i < p.num_tiles + mine_n;
+       i = block_claim(p.claims + me)) {
+    if (i >= p.num_tiles) {
+      const GemvTile tile = p.tiles[p.mine[mine0 + (i - p.num_tiles)]];
+      if (!block_wait(p.sync, me, p.arrive_slot, p.arrive_target[me])) return;
+      const std::int64_t c0 = tile.n0 - off, width = tile.n1 - tile.n0;
+      for (std::int64_t e = threadIdx.x; e < M * width; e += blockDim.x) {
+        const std::int64_t at = (e / width) * len + c0 + e % width;
+        float acc = R.slices[at];
+        for (int src = 1; src < P; ++src) acc = reduce_sum(acc, R.slices[src * sf + at]);
+        for (int j = 1; j <= P; ++j) p.ranks[(me + j) % P].gathered[me * sf + at] = acc;
       }
+      if (block_done_is_last(slot_ptr(p.sync, me, p.rdone_slot), p.rdone_target[me]))
+        for (int j = 1; j <= P; ++j) block_signal(p.sync, (me + j) % P, p.gather_slot, 1);
+      continue;
+    }
+    const int t = p.compute[me * p.num_tiles + i];
+    const GemvTile tile = p.tiles[t];
+    const std::int64_t toff = p.chunk_off[tile.owner], tlen = p.chunk_len[tile.owner];
+    float* slice = R.stage + tile.owner * sf;  // [M][tlen]
+    gemv_tile(R.w, R.x, R.k, M, tile.n0, tile.n1 - tile.n0, slice + (tile.n0 - toff), tlen);
+    if (block_done_is_last(slot_ptr(p.sync, me, p.done_slot + tile.owner),
+                           p.done_target[me * P + tile.owner])) {
+      block_copy(p.ranks[tile.owner].slices + me * sf, slice, M * tlen);
+      block_signal(p.sync, tile.owner, p.arrive_slot, 1);
+    }
   }
   // An owner with an empty chunk still owes every rank its (empty) slice.
   if (mine_n == 0 && blockIdx.x == 0) {
@@ -184,11 +194,14 @@ __global__ void gemv_scale_out(GemvParams p) {
     for (int j = 1; j <= P; ++j) block_signal(p.sync, (me + j) % P, p.gather_slot, 1);
   }
   if (!block_wait(p.sync, me, p.gather_slot, p.gather_target[me])) return;
-  for (int j = static_cast<int>(blockIdx.x); j < P; j += gridDim.x) {
+  // Every thread of the grid unpacks elements: a chunk per block was a serial tail of M * len
+  // floats at one block's bandwidth.
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (int j = 0; j < P; ++j) {
     const std::int64_t cj = p.chunk_off[j], lj = p.chunk_len[j];
     const float* g = R.gathered + j * sf;
-    for (std::int64_t e = threadIdx.x; e < M * lj; e += blockDim.x)
-      R.y[(e / lj) * N + cj + e % lj] = g[e];
+    for (std::int64_t e = first; e < M * lj; e += stride) R.y[(e / lj) * N + cj + e % lj] = g[e];
   }
 }
 
@@ -196,7 +209,7 @@ __global__ void gemv_scale_out(GemvParams p) {
 __global__ void gemv_partial(GemvParams p) {
   const int me = static_cast<int>(blockIdx.y);
   const GemvRank& R = p.ranks[me];
-  for (int t = static_cast<int>(blockIdx.x); t < p.num_tiles; t += gridDim.x) {
+  for (std::int64_t t = block_claim(p.claims + me); t < p.num_tiles; t = block_claim(p.claims + me)) {
     const GemvTile tile = p.tiles[t];
     gemv_tile(R.w, R.x, R.k, p.M, tile.n0, tile.n1 - tile.n0, R.partial + tile.n0, p.N);
   }
@@ -257,7 +270,6 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
     if (mode == Mode::scale_out) {
       R.stage = arena.alloc<float>(P * sf);
       R.slices = arena.alloc<float>(P * sf);
-      R.reduced = arena.alloc<float>(sf);
       R.gathered = arena.alloc<float>(P * sf);
     }
     R.partial = mode == Mode::unfused ? arena.alloc<float>(M * N) : nullptr;
@@ -276,6 +288,7 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
   p.chunk_len = arena.upload(chunk_len);
   p.slice_floats = sf;
   p.ranks = arena.upload(ranks);
+  p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
 
   std::vector<std::uint64_t> part_target(static_cast<std::size_t>(P) * std::max(num_tiles, 1), 0),
@@ -311,19 +324,25 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
   p.rdone_target = arena.upload(rdone_target);
   p.gather_target = arena.upload(gather_target);
 
+  // Grids before the timed region: the occupancy queries are host work.
+  int g1 = 1, g2 = 1;
+  if (mode == Mode::scale_up) {
+    g1 = ctx.blocks_per_rank(gemv_scale_up, num_tiles);
+  } else if (mode == Mode::scale_out) {
+    g1 = ctx.blocks_per_rank(gemv_scale_out, std::max(num_tiles, P));
+  } else {
+    g1 = ctx.blocks_per_rank(gemv_partial, num_tiles);
+    const std::int64_t per_rank = (M * N + P - 1) / P;
+    g2 = ctx.blocks_per_rank(gemv_allreduce_direct, (per_rank + kThreads - 1) / kThreads);
+  }
   ctx.start_timing();
   if (mode == Mode::scale_up) {
-    const int g = ctx.blocks_per_rank(gemv_scale_up, num_tiles);
-    gemv_scale_up<<<dim3(g, P), kThreads, 0, ctx.stream()>>>(p);
+    gemv_scale_up<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
   } else if (mode == Mode::scale_out) {
-    const int g = ctx.blocks_per_rank(gemv_scale_out, std::max(num_tiles, P));
-    gemv_scale_out<<<dim3(g, P), kThreads, 0, ctx.stream()>>>(p);
+    gemv_scale_out<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
   } else {
-    const int g1 = ctx.blocks_per_rank(gemv_partial, num_tiles);
     gemv_partial<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    const std::int64_t per_rank = (M * N + P - 1) / P;
-    const int g2 = ctx.blocks_per_rank(gemv_allreduce_direct, (per_rank + kThreads - 1) / kThreads);
     gemv_allreduce_direct<<<dim3(g2, P), kThreads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();

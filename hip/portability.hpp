@@ -178,6 +178,19 @@ __device__ inline std::uint64_t atomic_load_acquire(std::uint64_t* p) {
 #endif
 }
 
+/// Load of `*p` without ordering at `scope` (a poll; an acquire follows it once it succeeds).
+template <Scope S>
+__device__ inline std::uint64_t atomic_load_relaxed(std::uint64_t* p) {
+#if defined(FC_GPU_HIP)
+  constexpr int scope = S == Scope::system ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, scope);
+#else
+  constexpr auto scope = S == Scope::system ? cuda::thread_scope_system : cuda::thread_scope_device;
+  cuda::atomic_ref<std::uint64_t, scope> ref(*p);
+  return ref.load(cuda::std::memory_order_relaxed);
+#endif
+}
+
 /// Compare-and-swap of a 32-bit word (relaxed); returns the previous value.
 __device__ inline unsigned int atomic_cas(unsigned int* p, unsigned int expected,
                                           unsigned int desired) {

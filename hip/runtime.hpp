@@ -85,7 +85,9 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
     if (v < target) {
       const std::uint64_t t0 = port::device_clock();
       volatile unsigned int* flag = &s.record->flag;
-      while ((v = port::atomic_load_acquire<S>(p)) < target) {
+      // Polls with relaxed loads: an acquire load per poll invalidates the SM's L1 every
+      // iteration under the blocks still working there; the acquire below orders what follows.
+      while ((v = port::atomic_load_relaxed<S>(p)) < target) {
         if (*flag != 0u) {
           result = 0;
           break;
@@ -105,6 +107,7 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
         }
         port::pause();
       }
+      if (result != 0) v = port::atomic_load_acquire<S>(p);
     }
     port::fence<S>();  // later reads of the block (after the barrier) see what the signal published
     ok = result;
@@ -134,9 +137,65 @@ __device__ inline bool block_done_is_last(std::uint64_t* counter, std::uint64_t 
   return result;
 }
 
-/// put: copies `n` floats with the whole block (the payload of a put_signal).
-__device__ inline void block_copy(float* dst, const float* src, std::int64_t n) {
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+/// Claims the next index (0, 1, 2, ...) of a persistent kernel's work queue: one counter per
+/// rank and launch, zeroed before the launch (the emulator's `WgContext::claim`). A block that
+/// finishes an item takes the next, so items of unequal cost spread over the blocks as the
+/// hardware dispatcher would spread them; which block runs an item changes no bit.
+__device__ inline std::int64_t block_claim(unsigned long long* counter) {
+  __shared__ long long claimed;
+  __syncthreads();  // every thread has read the previous claim
+  if (threadIdx.x == 0) claimed = static_cast<long long>(atomicAdd(counter, 1ull));
+  __syncthreads();
+  return static_cast<std::int64_t>(claimed);
+}
+
+/// put: copies `n` floats with the whole block (the payload of a put_signal). Four independent
+/// 16-byte loads per thread are in flight before their stores (a plain loop keeps one 4-byte
+/// load per thread in flight, as dst may alias src: ~1 KB per memory round trip per block).
+/// Bits move unchanged (no arithmetic), so the layout of the loads changes no result.
+__device__ inline void block_copy(float* __restrict__ dst, const float* __restrict__ src,
+                                  std::int64_t n) {
+  std::int64_t head = 0;
+  if (((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15u) == 0) {
+    const std::int64_t n4 = n / 4, step = blockDim.x;
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+    std::int64_t i = threadIdx.x;
+    for (; i + 3 * step < n4; i += 4 * step) {
+      const float4 a = s4[i], b = s4[i + step], c = s4[i + 2 * step], d = s4[i + 3 * step];
+      d4[i] = a;
+      d4[i + step] = b;
+      d4[i + 2 * step] = c;
+      d4[i + 3 * step] = d;
+    }
+    for (; i < n4; i += step) d4[i] = s4[i];
+    head = n4 * 4;
+  }
+  for (std::int64_t i = head + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+/// Floats per piece of a staged slice's put. A slice completes only when its last tile does, so
+/// one block copying it whole is a serial tail at one block's bandwidth (scale_out embedding at
+/// B = 2048: 4 MiB per slice, ~5 ms on an H100); the pieces are work items every block claims.
+inline constexpr std::int64_t kPutPiece = 8192;
+
+/// Floats [off, off + len) of the staged slice for destination `q`: one piece of its put.
+struct PutPiece {
+  int q;
+  std::int64_t off, len;
+};
+
+/// Appends the pieces of a `floats`-long slice for `q` and returns how many: at least one, so
+/// that an empty slice still signals its arrival.
+inline std::int64_t append_pieces(std::vector<PutPiece>& out, int q, std::int64_t floats) {
+  std::int64_t off = 0, n = 0;
+  do {
+    const std::int64_t len = floats - off < kPutPiece ? floats - off : kPutPiece;
+    out.push_back({q, off, len});
+    off += len;
+    ++n;
+  } while (off < floats);
+  return n;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,6 +239,13 @@ class Arena {
   template <class T>
   T* alloc(std::int64_t n) {
     return buffers_.emplace_back(static_cast<std::size_t>(n) * sizeof(T)).template as<T>();
+  }
+  /// `n` elements of zeroed device memory (tile counters, reset per call).
+  template <class T>
+  T* alloc_zeroed(std::int64_t n) {
+    T* p = alloc<T>(n);
+    FC_CHECK_GPU(gpuMemset(p, 0, static_cast<std::size_t>(n) * sizeof(T)));
+    return p;
   }
   /// `n` floats filled with the poison pattern (fusedcoll::kPoisonBits), so that an element no
   /// kernel wrote never passes for a result.
