@@ -99,11 +99,11 @@ __device__ void gemm_tile(const float* a, const float* w, std::int64_t K, std::i
     __syncthreads();  // the previous chunk (or tile) is no longer being read
     for (int e = tid; e < kRowBlock * kChunkK; e += kThreads) {
       const int r = e / kChunkK, kk = e % kChunkK;
-      sa[r][kk] = r < rows && kk < kc ? a[r * K + k0 + kk] : 0.0f;
+      sa[r][kk] = r < rows && kk < kc ? port::load_ro(a + r * K + k0 + kk) : 0.0f;
     }
     for (int e = tid; e < kChunkK * kColBlock; e += kThreads) {
       const int kk = e / kColBlock, c = e % kColBlock;
-      sw[kk][c] = kk < kc && c < cols ? w[(k0 + kk) * N + n0 + c] : 0.0f;
+      sw[kk][c] = kk < kc && c < cols ? port::load_ro(w + (k0 + kk) * N + n0 + c) : 0.0f;
     }
     __syncthreads();
     for (int u = 0; u < 4; ++u) {

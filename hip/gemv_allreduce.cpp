@@ -88,11 +88,11 @@ __device__ void gemv_tile(const float* w, const float* x, std::int64_t K, std::i
     __syncthreads();  // the previous chunk (or tile) is no longer being read
     for (int e = tid; e < kTileN * kChunkK; e += kThreads) {
       const int c = e / kChunkK, kk = e % kChunkK;
-      sw[c][kk] = c < width && kk < kc ? w[(n0 + c) * K + k0 + kk] : 0.0f;
+      sw[c][kk] = c < width && kk < kc ? port::load_ro(w + (n0 + c) * K + k0 + kk) : 0.0f;
     }
     for (int e = tid; e < M * kChunkK; e += kThreads) {
       const int m = e / kChunkK, kk = e % kChunkK;
-      sx[m][kk] = kk < kc ? x[m * K + k0 + kk] : 0.0f;
+      sx[m][kk] = kk < kc ? port::load_ro(x + m * K + k0 + kk) : 0.0f;
     }
     __syncthreads();
     for (int u = 0; u < 4; ++u) {

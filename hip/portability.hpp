@@ -197,6 +197,17 @@ __device__ inline unsigned int atomic_cas(unsigned int* p, unsigned int expected
   return atomicCAS(p, expected, desired);
 }
 
+/// Loads a float the kernel only reads (an operator's input) through the read-only global path.
+/// The fused kernels reach their inputs through pointers loaded from parameter arrays, where
+/// nvcc cannot prove the global space and emits generic loads; the unfused ones got global loads.
+__device__ inline float load_ro(const float* p) {
+#if defined(FC_GPU_HIP)
+  return *p;
+#else
+  return __ldg(p);
+#endif
+}
+
 /// f32 arithmetic rounded exactly as written: never contracted into an FMA, whatever the
 /// compiler's contraction default (hipcc's is `fast`). The build also passes -fmad=false /
 /// -ffp-contract=off; these keep the kernels right if someone drops the flag.
