@@ -139,7 +139,7 @@ __device__ void copy_runs(const GemmParams& p, int me, int h, const float* src) 
   }
 }
 
-__global__ void gemm_scale_up(GemmParams p) {
+__global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_up(GemmParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemmRank& R = p.ranks[me];
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
@@ -155,7 +155,7 @@ __global__ void gemm_scale_up(GemmParams p) {
     }
 }
 
-__global__ void gemm_scale_out(GemmParams p) {
+__global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_out(GemmParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemmRank& R = p.ranks[me];
   const std::int64_t N = p.N;

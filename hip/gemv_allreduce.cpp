@@ -112,7 +112,7 @@ __device__ void gemv_tile(const float* w, const float* x, std::int64_t K, std::i
   }
 }
 
-__global__ void gemv_scale_up(GemvParams p) {
+__global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemv_scale_up(GemvParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemvRank& R = p.ranks[me];
   const std::int64_t M = p.M, N = p.N, tf = M * kTileN;
@@ -147,7 +147,7 @@ __global__ void gemv_scale_up(GemvParams p) {
   if (blockIdx.x == 0) (void)block_wait(p.sync, me, p.y_slot, p.y_target[me]);
 }
 
-__global__ void gemv_scale_out(GemvParams p) {
+__global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemv_scale_out(GemvParams p) {
   const int me = static_cast<int>(blockIdx.y), P = p.P;
   const GemvRank& R = p.ranks[me];
   const std::int64_t M = p.M, N = p.N, sf = p.slice_floats;

@@ -85,6 +85,17 @@ using gpuDeviceProp = cudaDeviceProp;
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #endif
 
+/// A kernel's launch bounds: `threads` per block and, on NVIDIA, at least `blocks` resident per
+/// SM, which caps its registers. A persistent kernel's grid is its resident blocks: the fused
+/// scale_out kernels at 80 (GEMV) and 92 (GEMM) registers fit 3 and 2 blocks per SM and computed
+/// their tiles in more rounds than the unfused ones at 48-56 registers (4-5 per SM). HIP's second
+/// argument means something else (minimum waves per execution unit); it gets the first only.
+#if defined(FC_GPU_HIP)
+#define FC_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads)
+#else
+#define FC_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#endif
+
 namespace fusedcoll::gpu::port {
 
 /// Which agents an atomic or fence orders against. `device`: every block of this GPU, which is
