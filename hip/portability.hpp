@@ -176,30 +176,25 @@ __device__ inline std::uint64_t atomic_add_acq_rel(std::uint64_t* p, std::uint64
 #endif
 }
 
-/// Load of `*p` with acquire semantics at `scope`.
-template <Scope S>
-__device__ inline std::uint64_t atomic_load_acquire(std::uint64_t* p) {
+/// Load of `*p` at `scope`, acquire or relaxed (a poll; an acquire follows it once it succeeds).
+template <Scope S, bool Acquire>
+__device__ inline std::uint64_t atomic_load(std::uint64_t* p) {
 #if defined(FC_GPU_HIP)
   constexpr int scope = S == Scope::system ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, scope);
+  return __hip_atomic_load(p, Acquire ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED, scope);
 #else
   constexpr auto scope = S == Scope::system ? cuda::thread_scope_system : cuda::thread_scope_device;
   cuda::atomic_ref<std::uint64_t, scope> ref(*p);
-  return ref.load(cuda::std::memory_order_acquire);
+  return ref.load(Acquire ? cuda::std::memory_order_acquire : cuda::std::memory_order_relaxed);
 #endif
 }
-
-/// Load of `*p` without ordering at `scope` (a poll; an acquire follows it once it succeeds).
+template <Scope S>
+__device__ inline std::uint64_t atomic_load_acquire(std::uint64_t* p) {
+  return atomic_load<S, true>(p);
+}
 template <Scope S>
 __device__ inline std::uint64_t atomic_load_relaxed(std::uint64_t* p) {
-#if defined(FC_GPU_HIP)
-  constexpr int scope = S == Scope::system ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
-  return __hip_atomic_load(p, __ATOMIC_RELAXED, scope);
-#else
-  constexpr auto scope = S == Scope::system ? cuda::thread_scope_system : cuda::thread_scope_device;
-  cuda::atomic_ref<std::uint64_t, scope> ref(*p);
-  return ref.load(cuda::std::memory_order_relaxed);
-#endif
+  return atomic_load<S, false>(p);
 }
 
 /// Compare-and-swap of a 32-bit word (relaxed); returns the previous value.
