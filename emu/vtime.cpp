@@ -17,18 +17,10 @@ namespace fusedcoll::emu::impl {
 
 double Calendar::book(double ready, double duration) {
   if (!(duration > 0)) return ready;
-  double t = ready;
-  auto it = busy_.upper_bound(t);  // the first stretch starting after t
-  if (it != busy_.begin()) {
-    auto before = std::prev(it);
-    if (before->second > t) t = before->second;
-  }
-  while (it != busy_.end() && it->first < t + duration) {
-    t = std::max(t, it->second);
-    ++it;
-  }
-  // [t, t + duration) is free and `it` is the first stretch after it: merge with touching ones,
-  // so that a resource kept busy back to back stays one entry.
+  const double t = fit(ready, duration);
+  // [t, t + duration) is free, so no stretch starts inside it and `it` is the first stretch after
+  // it: merge with touching ones, so that a resource kept busy back to back stays one entry.
+  auto it = busy_.lower_bound(t);
   double end = t + duration;
   if (it != busy_.end() && it->first == end) {
     end = it->second;
