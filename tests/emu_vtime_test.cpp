@@ -101,6 +101,13 @@ TEST(EmuVirtualTime, OnePut) {
   EXPECT_DOUBLE_EQ(finish(world), 8e-6);
 }
 
+/// Each rank's virtual clock after a run.
+std::vector<double> clocks_of(const World& world) {
+  std::vector<double> t;
+  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
+  return t;
+}
+
 /// Two nodes of `gpus_per_node` devices with `nics` NICs each (0: one per device); each rank of
 /// `senders` (on node 0) puts 1000 bytes with a signal to its counterpart on node 1 (rank +
 /// gpus_per_node), at the same time. Returns every rank's clock after the run.
@@ -128,9 +135,7 @@ std::vector<double> across_nodes(int gpus_per_node, int nics, const std::vector<
       co_return;
     });
   });
-  std::vector<double> t;
-  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
-  return t;
+  return clocks_of(world);
 }
 
 /// `got` and `want` agree element-wise to a few ULPs (EXPECT_DOUBLE_EQ).
@@ -187,9 +192,7 @@ std::vector<double> puts_across(const std::vector<std::pair<int, int>>& puts, do
     });
     EXPECT_EQ(a, b);
   });
-  std::vector<double> t;
-  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
-  return t;
+  return clocks_of(world);
 }
 
 TEST(EmuVirtualTime, APutAcrossNodesCostsBothCoresTheNetworkStack) {
@@ -288,9 +291,7 @@ std::vector<double> copies_on_every_rank(const WorldOptions& o) {
     });
     EXPECT_EQ(a, b);
   });
-  std::vector<double> t;
-  for (int r = 0; r < world.size(); ++r) t.push_back(world.virtual_seconds(r));
-  return t;
+  return clocks_of(world);
 }
 
 TEST(EmuVirtualTime, DevicesSharingNodeMemoryGetEqualShares) {
