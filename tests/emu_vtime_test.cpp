@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emu/runtime.hpp"
@@ -108,68 +109,21 @@ std::vector<double> clocks_of(const World& world) {
   return t;
 }
 
-/// Two nodes of `gpus_per_node` devices with `nics` NICs each (0: one per device); each rank of
-/// `senders` (on node 0) puts 1000 bytes with a signal to its counterpart on node 1 (rank +
-/// gpus_per_node), at the same time. Returns every rank's clock after the run.
-std::vector<double> across_nodes(int gpus_per_node, int nics, const std::vector<int>& senders) {
+/// Two nodes of `gpus_per_node` devices with `nics` NICs each (0: one per device) and the network
+/// stack's CPU cost `nic_cpu_gbps` (0: none): every (sender, receiver) of `puts` sends 1000 bytes
+/// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
+/// bytes on its compute unit (1 us per 500; none where empty), then puts, then waits for every
+/// put to it. Returns every rank's clock after the run.
+std::vector<double> run_puts(int gpus_per_node, int nics, double nic_cpu_gbps,
+                             const std::vector<std::pair<int, int>>& puts,
+                             std::vector<std::int64_t> copy_bytes = {}) {
   WorldOptions o = virtual_world(2 * gpus_per_node, 1);
   auto p = std::make_shared<fc::model::Preset>(*o.model);
   p->links.gpus_per_node = gpus_per_node;
   p->links.nics_per_node = nics;
-  o.model = p;
-  World world(o);
-  world.run([&](fc::Communicator& comm) {
-    auto& rk = rank_of(world, comm);
-    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
-    const int slot = rk.slots("arrived", 1);
-    const int r = comm.rank();
-    const bool sends = std::find(senders.begin(), senders.end(), r) != senders.end();
-    const bool receives =
-        std::find(senders.begin(), senders.end(), r - gpus_per_node) != senders.end();
-    const std::vector<char> data(1000, 'x');
-    const std::uint64_t target = receives ? rk.expect(slot, 1) : 0;
-    rk.launch("put", 1, [&](WgContext& wg) -> WgTask {
-      if (sends) wg.put_signal(r + gpus_per_node, box, 0, data.data(), data.size(), slot,
-                               SignalOp::add, 1);
-      if (receives) co_await wg.wait_until(slot, Cmp::ge, target);
-      co_return;
-    });
-  });
-  return clocks_of(world);
-}
-
-/// `got` and `want` agree element-wise to a few ULPs (EXPECT_DOUBLE_EQ).
-void expect_times(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t r = 0; r < got.size(); ++r) EXPECT_DOUBLE_EQ(got[r], want[r]) << "rank " << r;
-}
-
-TEST(EmuVirtualTime, DevicesSharingANicTakeItInTurn) {
-  // One NIC per device (the default, and nics_per_node = 2 of 2): both puts leave at 5 us (the
-  // launch), take 1 us and land 2 us later, at 8 us; the receivers' waits end then too. An idle
-  // device's kernel ends at its launch.
-  const std::vector<double> own = {8e-6, 8e-6, 8e-6, 8e-6};
-  expect_times(across_nodes(2, 0, {0, 1}), own);
-  expect_times(across_nodes(2, 2, {0, 1}), own);
-  // One NIC for the node: rank 0's put has it 5-6 us (lands at 8), rank 1's waits for it (6-7 us,
-  // lands at 9 us); so do rank 3's wait and the kernel of rank 1, which ends when its put landed.
-  expect_times(across_nodes(2, 1, {0, 1}), {8e-6, 9e-6, 8e-6, 9e-6});
-  // Four devices on two NICs: device d uses NIC d % 2, so ranks 0 and 2 share NIC 0 (rank 2
-  // second, by rank), rank 1 has NIC 1 to itself; rank 3 sends nothing (5 us, its launch).
-  expect_times(across_nodes(4, 2, {0, 1, 2}), {8e-6, 8e-6, 9e-6, 5e-6, 8e-6, 8e-6, 9e-6, 5e-6});
-}
-
-/// Two nodes of 2 devices, one NIC each: every (sender, receiver) of `puts` sends 1000 bytes
-/// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
-/// bytes on its compute unit (1 us per 500), then puts, then waits for every put to it. With
-/// `nic_cpu_gbps`, the network stack's CPU cost. Returns every rank's clock after the run.
-std::vector<double> puts_across(const std::vector<std::pair<int, int>>& puts, double nic_cpu_gbps,
-                                std::vector<std::int64_t> copy_bytes = {0, 0, 0, 0}) {
-  WorldOptions o = virtual_world(4, 1);
-  auto p = std::make_shared<fc::model::Preset>(*o.model);
-  p->links.gpus_per_node = 2;
   p->links.nic_cpu_gbps = nic_cpu_gbps;
   o.model = p;
+  copy_bytes.resize(static_cast<std::size_t>(2 * gpus_per_node), 0);
   World world(o);
   world.run([&](fc::Communicator& comm) {
     auto& rk = rank_of(world, comm);
@@ -193,6 +147,41 @@ std::vector<double> puts_across(const std::vector<std::pair<int, int>>& puts, do
     EXPECT_EQ(a, b);
   });
   return clocks_of(world);
+}
+
+/// Each rank of `senders` (on node 0) puts to its counterpart on node 1 (rank + gpus_per_node),
+/// at the same time.
+std::vector<double> across_nodes(int gpus_per_node, int nics, const std::vector<int>& senders) {
+  std::vector<std::pair<int, int>> puts;
+  for (int s : senders) puts.emplace_back(s, s + gpus_per_node);
+  return run_puts(gpus_per_node, nics, 0, puts);
+}
+
+/// `got` and `want` agree element-wise to a few ULPs (EXPECT_DOUBLE_EQ).
+void expect_times(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t r = 0; r < got.size(); ++r) EXPECT_DOUBLE_EQ(got[r], want[r]) << "rank " << r;
+}
+
+TEST(EmuVirtualTime, DevicesSharingANicTakeItInTurn) {
+  // One NIC per device (the default, and nics_per_node = 2 of 2): both puts leave at 5 us (the
+  // launch), take 1 us and land 2 us later, at 8 us; the receivers' waits end then too. An idle
+  // device's kernel ends at its launch.
+  const std::vector<double> own = {8e-6, 8e-6, 8e-6, 8e-6};
+  expect_times(across_nodes(2, 0, {0, 1}), own);
+  expect_times(across_nodes(2, 2, {0, 1}), own);
+  // One NIC for the node: rank 0's put has it 5-6 us (lands at 8), rank 1's waits for it (6-7 us,
+  // lands at 9 us); so do rank 3's wait and the kernel of rank 1, which ends when its put landed.
+  expect_times(across_nodes(2, 1, {0, 1}), {8e-6, 9e-6, 8e-6, 9e-6});
+  // Four devices on two NICs: device d uses NIC d % 2, so ranks 0 and 2 share NIC 0 (rank 2
+  // second, by rank), rank 1 has NIC 1 to itself; rank 3 sends nothing (5 us, its launch).
+  expect_times(across_nodes(4, 2, {0, 1, 2}), {8e-6, 8e-6, 9e-6, 5e-6, 8e-6, 8e-6, 9e-6, 5e-6});
+}
+
+/// Two nodes of 2 devices, one NIC per device, with the network stack's CPU cost `nic_cpu_gbps`.
+std::vector<double> puts_across(const std::vector<std::pair<int, int>>& puts, double nic_cpu_gbps,
+                                std::vector<std::int64_t> copy_bytes = {}) {
+  return run_puts(2, 0, nic_cpu_gbps, puts, std::move(copy_bytes));
 }
 
 TEST(EmuVirtualTime, APutAcrossNodesCostsBothCoresTheNetworkStack) {
