@@ -22,7 +22,7 @@
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 
 #if defined(FUSEDCOLL_HAVE_BLAS) && defined(FC_GPU_CUDA)
 #include <cublas_v2.h>

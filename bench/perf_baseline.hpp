@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hip/collective_exec.hpp"
+#include "gpu/collective_exec.hpp"
 #include "perf_common.hpp"
 
 namespace perf {

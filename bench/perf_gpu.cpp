@@ -8,7 +8,7 @@
 // mode to set beside NCCL's. The baseline is what a program holding P ranks' buffers on one
 // device does without fusedcoll: the copy engines (one device-to-device memcpy per block) for
 // All-to-All, AllGather and Broadcast, and one fold kernel for AllReduce and ReduceScatter that
-// reads every rank's buffer in rank order with ref/'s arithmetic (hip/collective_exec.hpp, the
+// reads every rank's buffer in rank order with ref/'s arithmetic (gpu/collective_exec.hpp, the
 // order of AllReduce `direct`), uncompressed. The plan of copies and folds is perf_baseline.hpp,
 // whose host run tests/perf_baseline_test.cpp checks against ref/ on machines without a GPU.
 //
@@ -29,7 +29,7 @@
 
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 #include "perf_baseline.hpp"
 #include "perf_common.hpp"
 

@@ -28,3 +28,9 @@ if(FUSEDCOLL_SANITIZE)
   add_link_options("-fsanitize=${FUSEDCOLL_SANITIZE}")
   message(STATUS "fusedcoll: sanitizers ${FUSEDCOLL_SANITIZE}")
 endif()
+
+# A target that includes its own folder's private headers, spelled from the project root
+# ("emu/state.hpp"). PRIVATE, so nothing that links it sees them (docs/design.md, "Layout").
+function(fusedcoll_private_headers target)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
+endfunction()

@@ -2,7 +2,7 @@
 // hands every rank the pooled vectors of its own samples (docs/semantics.md, "EmbeddingAllToAll").
 //
 // The plan (tiles, their order, per-destination tile counts, staging and receive layout) is
-// detail/embedding_plan.hpp's, shared with mpi/ and hip/; this file only says how a tile's rows move
+// detail/embedding_plan.hpp's, shared with mpi/ and gpu/; this file only says how a tile's rows move
 // and how completion is observed. A tile is (local table, block of up to kBagBlock samples of ONE
 // destination rank's batch range). Every pooled element is computed by the shared kernel
 // `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling, the schedule or the

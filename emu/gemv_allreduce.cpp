@@ -1,7 +1,7 @@
 // GemvAllReduce on the emulator: the row-parallel GEMV fused with a direct (reduce-scatter +
 // all-gather) AllReduce. The output columns are split into owner chunks (`chunk_of(N, P, j)`),
 // each chunk into tiles of `kTileN` columns: the plan of detail/gemv_plan.hpp, shared with mpi/
-// and hip/; this file says how partials move and how completion is observed.
+// and gpu/; this file says how partials move and how completion is observed.
 //
 //   scale_up : a WG computes its partial of a tile, puts it into the owner's slot for its source
 //              rank and bumps the owner's per-tile counter; the owner's WG waits for all P

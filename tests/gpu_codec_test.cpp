@@ -1,4 +1,4 @@
-// The GPU backend's wire codecs (hip/wire_codec.hpp, `__host__ __device__`), built here by the
+// The GPU backend's wire codecs (gpu/wire_codec.hpp, `__host__ __device__`), built here by the
 // host compiler, against the CPU codecs (core/codec.cpp) bit for bit: every 8- and 16-bit code
 // decoded, about 10^7 f32 patterns encoded per format and overflow mode (every exponent with
 // rounding-relevant mantissas, every halfway point between codes and its neighbours, the overflow
@@ -17,7 +17,7 @@
 
 #include "common/codec_ref.hpp"
 #include "fusedcoll/compression.hpp"
-#include "hip/wire_codec.hpp"
+#include "gpu/wire_codec.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// The GPU backend's collectives without a GPU: the plans of hip/collective_plan.cpp executed on
-// the CPU by the same step code the kernel runs (hip/collective_exec.hpp), under a simulated
+// The GPU backend's collectives without a GPU: the plans of gpu/collective_plan.cpp executed on
+// the CPU by the same step code the kernel runs (gpu/collective_exec.hpp), under a simulated
 // scheduler of resident blocks (each rank's steps dealt round-robin to G blocks, the next block
 // to move picked at random among those whose wait is satisfied, as the kernel's persistent blocks
 // do), with the wire scales agreed as the launcher agrees them (detail::make_plan), and every
@@ -29,8 +29,8 @@
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/detail/validate.hpp"
 #include "fusedcoll/detail/wire.hpp"
-#include "hip/collective_exec.hpp"
-#include "hip/collective_plan.hpp"
+#include "gpu/collective_exec.hpp"
+#include "gpu/collective_plan.hpp"
 
 namespace {
 

@@ -13,8 +13,8 @@
 
 #include "common/errors.hpp"
 #include "common/mnist_fixtures.hpp"
-#include "examples/mnist/idx.hpp"
-#include "examples/mnist/layers.hpp"
+#include "mnist/idx.hpp"
+#include "mnist/layers.hpp"
 
 namespace fs = std::filesystem;
 namespace mn = fusedcoll::mnist;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/mnist/layers.hpp"
-#include "examples/mnist/model.hpp"
+#include "mnist/layers.hpp"
+#include "mnist/model.hpp"
 
 namespace mn = fusedcoll::mnist;
 using D = double;

@@ -15,9 +15,9 @@
 
 #include "common/errors.hpp"
 #include "common/mnist_fixtures.hpp"
-#include "examples/mnist/idx.hpp"
-#include "examples/mnist/layers.hpp"
-#include "examples/mnist/trainer.hpp"
+#include "mnist/idx.hpp"
+#include "mnist/layers.hpp"
+#include "mnist/trainer.hpp"
 #include "fusedcoll/emu.hpp"
 
 namespace fs = std::filesystem;

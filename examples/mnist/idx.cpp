@@ -1,4 +1,4 @@
-#include "examples/mnist/idx.hpp"
+#include "mnist/idx.hpp"
 
 #include <zlib.h>
 

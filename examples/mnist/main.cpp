@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/mnist/idx.hpp"
-#include "examples/mnist/model.hpp"
-#include "examples/mnist/trainer.hpp"
+#include "mnist/idx.hpp"
+#include "mnist/model.hpp"
+#include "mnist/trainer.hpp"
 #ifdef FUSEDCOLL_MNIST_HAVE_MPI
 #include "fusedcoll/mpi.hpp"
 #endif

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "examples/mnist/layers.hpp"
+#include "mnist/layers.hpp"
 
 namespace fusedcoll::mnist {
 

@@ -1,4 +1,4 @@
-#include "examples/mnist/trainer.hpp"
+#include "mnist/trainer.hpp"
 
 #include "fusedcoll/compression.hpp"
 
@@ -13,7 +13,7 @@
 #include <ostream>
 #include <thread>
 
-#include "examples/mnist/model.hpp"
+#include "mnist/model.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/error.hpp"
 

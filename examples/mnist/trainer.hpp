@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/mnist/idx.hpp"
+#include "mnist/idx.hpp"
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/compression.hpp"
 

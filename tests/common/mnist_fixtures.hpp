@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <string>
 
-#include "examples/mnist/idx.hpp"
-#include "examples/mnist/layers.hpp"
+#include "mnist/idx.hpp"
+#include "mnist/layers.hpp"
 
 namespace fctest {
 

@@ -2,8 +2,8 @@
 
 #include "tests/gpu/codec_probe.hpp"
 
-#include "hip/runtime.hpp"
-#include "hip/wire_codec.hpp"
+#include "gpu/runtime.hpp"
+#include "gpu/wire_codec.hpp"
 
 namespace fusedcoll::gpu::testing {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// The device side of the codec test (gpu_collectives_test.cpp): hip/wire_codec.hpp run by a
+// The device side of the codec test (gpu_collectives_test.cpp): gpu/wire_codec.hpp run by a
 // kernel over host-given inputs. Plain C++ interface, as signal_probe.hpp (the test itself is
 // host code).
 

@@ -4,7 +4,7 @@
 // zeros, gaps between regions, special values, every wire format and scaling), each rank's whole
 // memory block compared with ref/'s bit for bit, so outputs must match exactly and nothing outside
 // the receive regions may change; SPMD through World::run and all ranks at once. Codecs:
-// hip/wire_codec.hpp on the device against the CPU codecs on every code and ~10^7 patterns (the
+// gpu/wire_codec.hpp on the device against the CPU codecs on every code and ~10^7 patterns (the
 // normal suite runs the same header on the host: tests/gpu_codec_test.cpp). Errors: mismatched
 // calls and non-finite scaled data are InvalidArgument on every rank, and the World stays usable.
 

@@ -2,7 +2,7 @@
 
 #include "tests/gpu/signal_probe.hpp"
 
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 
 namespace fusedcoll::gpu::testing {
 namespace {

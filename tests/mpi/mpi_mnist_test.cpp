@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/mnist_fixtures.hpp"
-#include "examples/mnist/trainer.hpp"
+#include "mnist/trainer.hpp"
 #include "fusedcoll/emu.hpp"
 #include "tests/mpi/mpi_world.hpp"
 

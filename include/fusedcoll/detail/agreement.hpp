@@ -1,6 +1,6 @@
 #pragma once
 // The global fields of every Args struct: the one list that says what ranks must agree on
-// (docs/semantics.md, "Cross-rank agreement"). It drives `check_consistent` (ref/, emu/ and hip/
+// (docs/semantics.md, "Cross-rank agreement"). It drives `check_consistent` (ref/, emu/ and gpu/
 // compare the calls in memory; mpi/ compares the decoded records of its peers) and mpi/'s
 // encoding of a call for the exchange at entry, so a new global field is added here and nowhere
 // else.

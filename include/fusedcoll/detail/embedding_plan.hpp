@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// EmbeddingAllToAll's plan, the one schedule every backend runs (emu/, mpi/, hip/, and the
+/// EmbeddingAllToAll's plan, the one schedule every backend runs (emu/, mpi/, gpu/, and the
 /// simulators): tiles, their order, the per-destination tile counts that completion is counted
 /// against, and the staging / receive layout, all from the agreed arguments alone
 /// (docs/semantics.md, "EmbeddingAllToAll"). Because nothing here depends on a rank's local data,

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// GemmAllToAll's plan, the one schedule every backend runs (emu/, mpi/, hip/, and the
+/// GemmAllToAll's plan, the one schedule every backend runs (emu/, mpi/, gpu/, and the
 /// simulators): tiles, their order and every offset the agreed arguments determine
 /// (docs/semantics.md, "GemmAllToAll"), so that every rank knows without being told how many tiles
 /// each host computes for it and where each slice lands. A tile is (local expert, source rank, a

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// GemvAllReduce's plan, the one schedule every backend runs (emu/, mpi/, hip/, and the
+/// GemvAllReduce's plan, the one schedule every backend runs (emu/, mpi/, gpu/, and the
 /// simulators): owner chunks, tiles, their order and the staging layout, all from the agreed
 /// arguments alone (docs/semantics.md, "GemvAllReduce"), so every rank knows how many tiles and
 /// slices every peer will send it without being told.

@@ -2,7 +2,7 @@
 // The GPU backend's runtime: device memory, the signal slots with their host-side cumulative
 // targets, the timeout record, occupancy-sized launches, and the block-level primitives the fused
 // kernels are written in (put = block copy / direct stores, signal, wait, done-mask). Compiled
-// only by hipcc or nvcc (hip/portability.hpp). docs/gpu.md describes the model.
+// only by hipcc or nvcc (gpu/portability.hpp). docs/gpu.md describes the model.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/tensor.hpp"
-#include "hip/portability.hpp"
+#include "gpu/portability.hpp"
 
 /// Throws `fusedcoll::BackendError` naming file:line, the call and the vendor's error string when
 /// a HIP/CUDA runtime call fails.

@@ -1,6 +1,6 @@
 #pragma once
 // The GPU backend's collectives as data: for every rank, a list of steps (work items) that the
-// one persistent kernel of hip/collectives.cpp deals out to the rank's blocks, each step reading
+// one persistent kernel of gpu/collectives.cpp deals out to the rank's blocks, each step reading
 // its sources element by element, folding them in the pinned order (docs/semantics.md,
 // "Collectives"), and writing its targets, with at most one wait before it and a signal per
 // target after it. The schedules are the emulator's (emu/collectives.cpp): per-tile slots,
@@ -9,7 +9,7 @@
 // uploaded before the launch), where the emulator puts them to the owner first.
 //
 // Plain host code (no GPU types), built into fusedcoll_gpu and into the normal test suite, which
-// runs the plans on the CPU with the same step code as the kernel (hip/collective_exec.hpp)
+// runs the plans on the CPU with the same step code as the kernel (gpu/collective_exec.hpp)
 // under a simulated scheduler of resident blocks, against ref/ (tests/gpu_plan_test.cpp).
 //
 //   AllReduce direct   level 0 (compressed only): put the encoded tile of chunk c to owner c's
@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
-#include "hip/collective_exec.hpp"
+#include "gpu/collective_exec.hpp"
 
 namespace fusedcoll::gpu::coll {
 

@@ -19,8 +19,8 @@
 #include "fusedcoll/detail/spmd.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
-#include "hip/collectives.hpp"
-#include "hip/ops.hpp"
+#include "gpu/collectives.hpp"
+#include "gpu/ops.hpp"
 
 namespace fusedcoll::gpu {
 namespace {

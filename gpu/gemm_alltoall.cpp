@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "fusedcoll/detail/gemm_plan.hpp"
-#include "hip/ops.hpp"
+#include "gpu/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
-// What one block does with one step of a collective plan (hip/collective_plan.hpp), as
-// `__host__ __device__` code: the kernel of hip/collectives.cpp runs it with the block's threads,
+// What one block does with one step of a collective plan (gpu/collective_plan.hpp), as
+// `__host__ __device__` code: the kernel of gpu/collectives.cpp runs it with the block's threads,
 // and the normal test suite runs it on the CPU with one "thread" under a simulated scheduler
 // (tests/gpu_plan_test.cpp), so the folds, conversions and index arithmetic the GPU executes are
 // the ones checked against ref/ on every machine.
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "hip/wire_codec.hpp"
+#include "gpu/wire_codec.hpp"
 
 namespace fusedcoll::gpu::coll {
 

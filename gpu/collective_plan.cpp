@@ -1,7 +1,7 @@
-// The plans of the GPU backend's collectives (hip/collective_plan.hpp). Calls arrive validated
+// The plans of the GPU backend's collectives (gpu/collective_plan.hpp). Calls arrive validated
 // and agreeing (every rank's arguments at once, as in ref/).
 
-#include "hip/collective_plan.hpp"
+#include "gpu/collective_plan.hpp"
 
 #include <algorithm>
 

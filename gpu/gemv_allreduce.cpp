@@ -27,7 +27,7 @@
 
 #include "fusedcoll/collectives.hpp"
 #include "fusedcoll/detail/gemv_plan.hpp"
-#include "hip/ops.hpp"
+#include "gpu/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {

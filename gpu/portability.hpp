@@ -1,7 +1,7 @@
 #pragma once
 // The one place that knows whether fusedcoll's GPU code is compiled by hipcc (AMD) or nvcc
 // (NVIDIA). Kernels and host code are written once, HIP-style, against the names below; nothing
-// else in hip/ includes a vendor header or spells a vendor prefix. Debian's HIP-on-NVIDIA headers
+// else in gpu/ includes a vendor header or spells a vendor prefix. Debian's HIP-on-NVIDIA headers
 // do not compile with CUDA 13, so the NVIDIA build maps straight onto the CUDA runtime instead of
 // going through HIP. The list is deliberately short: allocation, copies, streams, events, device
 // queries, occupancy, scoped atomics, fences and a device clock.
@@ -18,7 +18,7 @@
 #define FC_GPU_CUDA 1
 #define FC_GPU_VENDOR "CUDA"
 #else
-#error "hip/portability.hpp must be compiled by hipcc or nvcc (FUSEDCOLL_ENABLE_HIP / _CUDA)"
+#error "gpu/portability.hpp must be compiled by hipcc or nvcc (FUSEDCOLL_ENABLE_HIP / _CUDA)"
 #endif
 
 #if defined(FC_GPU_HIP)

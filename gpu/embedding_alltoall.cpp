@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "fusedcoll/detail/embedding_plan.hpp"
-#include "hip/ops.hpp"
+#include "gpu/ops.hpp"
 
 namespace fusedcoll::gpu::ops {
 namespace {

@@ -1,14 +1,14 @@
 #pragma once
 // The GPU backend's collectives over all P virtual ranks of one GPU at once (the single-GPU
-// multi-rank mode, as hip/ops.hpp's operators): validate every rank's call and their agreement,
+// multi-rank mode, as gpu/ops.hpp's operators): validate every rank's call and their agreement,
 // upload, agree on the wire scales (compressed calls), run the plan's one persistent kernel,
-// download into exactly the receive regions. Plans: hip/collective_plan.hpp; kernels:
-// hip/collectives.cpp.
+// download into exactly the receive regions. Plans: gpu/collective_plan.hpp; kernels:
+// gpu/collectives.cpp.
 
 #include <span>
 
 #include "fusedcoll/collectives.hpp"
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 
 namespace fusedcoll::gpu::coll {
 

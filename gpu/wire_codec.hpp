@@ -19,7 +19,7 @@
 // The device pass's intrinsics (__float_as_uint, __fmul_rn, ...): nvcc declares them itself,
 // hipcc only through hip_runtime.h, which portability.hpp includes. The host compiler sees none
 // of it: the normal suite builds this header without a GPU toolchain.
-#include "hip/portability.hpp"
+#include "gpu/portability.hpp"
 #define FC_HD __host__ __device__
 #else
 #define FC_HD

@@ -9,7 +9,7 @@
 
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/detail/validate.hpp"
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 
 namespace fusedcoll::gpu::ops {
 

@@ -1,9 +1,9 @@
-// The GPU backend's collectives: one persistent kernel runs a plan (hip/collective_plan.hpp) for
+// The GPU backend's collectives: one persistent kernel runs a plan (gpu/collective_plan.hpp) for
 // every rank at once, grid = (G, P) with blockIdx.y = rank, each rank's steps dealt round-robin to
 // its G blocks (all G x P resident: Context::blocks_per_rank), with the fused kernels' primitives:
 // a step's targets are written by all threads, then block_signal publishes them (put, signal),
 // and a step that reads scratch first block_waits for its slot (wait, read). The per-element work
-// is hip/collective_exec.hpp's, the code the normal suite runs on the CPU against ref/.
+// is gpu/collective_exec.hpp's, the code the normal suite runs on the CPU against ref/.
 //
 // Compressed calls agree on their scales first, as the emulator and the MPI backend do before any
 // data moves: a kernel folds every rank's |values| into one amax table (atomicMax on the bits of
@@ -13,7 +13,7 @@
 // kernel runs with them. last_kernel_ms() covers both kernels and the round trip between them;
 // the resolved plan's upload, like the host arguments', precedes it.
 
-#include "hip/collectives.hpp"
+#include "gpu/collectives.hpp"
 
 #include <algorithm>
 #include <array>
@@ -23,8 +23,8 @@
 
 #include "fusedcoll/detail/validate.hpp"
 #include "fusedcoll/detail/wire.hpp"
-#include "hip/collective_exec.hpp"
-#include "hip/collective_plan.hpp"
+#include "gpu/collective_exec.hpp"
+#include "gpu/collective_plan.hpp"
 
 namespace fusedcoll::gpu::coll {
 namespace {

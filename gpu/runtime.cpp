@@ -1,6 +1,6 @@
-// Host side of the GPU runtime (hip/runtime.hpp).
+// Host side of the GPU runtime (gpu/runtime.hpp).
 
-#include "hip/runtime.hpp"
+#include "gpu/runtime.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,0 +1,88 @@
+# How fusedcoll's GPU sources are compiled (docs/gpu.md), for gpu/, tests/gpu/ and bench/: the same
+# files by nvcc (FUSEDCOLL_ENABLE_CUDA) or hipcc (FUSEDCOLL_ENABLE_HIP).
+#   fusedcoll_gpu_sources(out src...)  what to put in add_library/add_executable for device sources
+#   fusedcoll_gpu_target(target)       the vendor's flags and runtime on a target that has them
+#   fusedcoll_host_warnings(target)    the project's warnings on its host-compiled (CXX) sources
+#
+# Floating point: the kernels follow ref/'s per-element orders, so contraction into FMA is off
+# (nvcc -fmad=false, hipcc -ffp-contract=off) as in the CPU build (docs/semantics.md); the kernels
+# also spell every product and sum with the _rn intrinsics (gpu/portability.hpp).
+
+function(fusedcoll_host_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-sign-compare>)
+  if(FUSEDCOLL_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+if(FUSEDCOLL_ENABLE_CUDA)
+  # ---------------------------------------------------------------------------------- NVIDIA
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # CMake 3.25 does not know that nvcc 12+ supports C++20 (fusedcoll_core's cxx_std_20 reaches the
+  # CUDA targets as CUDA20): teach it the flag.
+  if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+  endif()
+  # Source properties are per directory: call this where the target that lists them is made.
+  function(fusedcoll_gpu_sources out_var)
+    set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CUDA)
+    set(${out_var} ${ARGN} PARENT_SCOPE)
+  endfunction()
+  function(fusedcoll_gpu_target target)
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${FUSEDCOLL_CUDA_ARCHITECTURES}")
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-fmad=false -Xcompiler=-ffp-contract=off,-Wall,-Wextra>)
+    target_link_libraries(${target} PRIVATE CUDA::cudart)
+  endfunction()
+  set(FUSEDCOLL_GPU_RUNTIME CUDA::cudart)
+else()
+  # ------------------------------------------------------------------------------------- AMD
+  # hipcc drives the compile through custom commands: CMake 3.25's HIP language wants a ROCm
+  # layout (/usr/lib/cmake/hip-lang) that Debian's packages do not have. Objects are linked by the
+  # host compiler against libamdhip64 (no relocatable device code, so no device link step).
+  find_program(FUSEDCOLL_HIPCC hipcc REQUIRED)
+  find_library(FUSEDCOLL_AMDHIP64 amdhip64 REQUIRED)
+  file(GLOB FC_GPU_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/gpu/*.hpp
+       ${PROJECT_SOURCE_DIR}/include/fusedcoll/*.hpp ${PROJECT_SOURCE_DIR}/include/fusedcoll/detail/*.hpp)
+  set(FC_HIP_ARCH_FLAGS "")
+  foreach(arch IN LISTS FUSEDCOLL_HIP_ARCHITECTURES)
+    list(APPEND FC_HIP_ARCH_FLAGS "--offload-arch=${arch}")
+  endforeach()
+  set(FC_HIP_FLAGS -x hip -std=c++20 -O2 -fPIC -ffp-contract=off -Wall -Wextra -Wno-unused-parameter)
+  if(FUSEDCOLL_WERROR)
+    list(APPEND FC_HIP_FLAGS -Werror)
+  endif()
+  # Compiles the sources with hipcc; the object files go into `out_var`. FC_GTEST_INCLUDES, when
+  # the caller has it, reaches the test probes.
+  function(fusedcoll_gpu_sources out_var)
+    set(objs "")
+    set(incs -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_BINARY_DIR}/include -I${PROJECT_SOURCE_DIR})
+    foreach(dir IN LISTS FC_GTEST_INCLUDES)
+      if(NOT dir MATCHES "^\\$<INSTALL_INTERFACE")
+        string(REGEX REPLACE "^\\$<BUILD_INTERFACE:(.*)>$" "\\1" dir "${dir}")
+        list(APPEND incs -I${dir})
+      endif()
+    endforeach()
+    foreach(src IN LISTS ARGN)
+      get_filename_component(abs "${src}" ABSOLUTE)
+      get_filename_component(name "${src}" NAME_WE)
+      set(obj "${CMAKE_CURRENT_BINARY_DIR}/hipcc/${name}.o")
+      add_custom_command(OUTPUT "${obj}"
+        COMMAND ${CMAKE_COMMAND} -E make_directory "${CMAKE_CURRENT_BINARY_DIR}/hipcc"
+        COMMAND ${FUSEDCOLL_HIPCC} ${FC_HIP_FLAGS} ${FC_HIP_ARCH_FLAGS} ${incs} -c "${abs}" -o "${obj}"
+        DEPENDS "${abs}" ${FC_GPU_HEADERS}
+        COMMENT "hipcc ${name}.cpp (${FUSEDCOLL_HIP_ARCHITECTURES})"
+        VERBATIM)
+      list(APPEND objs "${obj}")
+    endforeach()
+    set(${out_var} ${objs} PARENT_SCOPE)
+  endfunction()
+  function(fusedcoll_gpu_target target)
+    set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+  endfunction()
+  set(FUSEDCOLL_GPU_RUNTIME ${FUSEDCOLL_AMDHIP64})
+endif()
