@@ -12,52 +12,25 @@
 #include <vector>
 
 #include "emu/ops.hpp"
+#include "fusedcoll/detail/collective_plan.hpp"
 
 namespace fusedcoll::emu::ops {
 
 using std::int64_t;
 
-/// The tiling of one collective call (detail::collective_tile_elems), the same on every rank so
-/// that senders and receivers cut a segment alike. In virtual time the device is the preset's GPU:
-/// a segment is spread over its resident workgroups in tiles down to 4 KiB (up to 256 of them),
-/// so that a small chunk's fold runs on many compute units and large ones pipeline, as a GPU
-/// collective does. On the host's threads a work item costs far more than a GPU workgroup, so
-/// tiles stay 64 KiB (at most 64 per segment, larger beyond).
-struct Tiling {
-  int spread = 1;
-  int64_t min_bytes = fusedcoll::detail::kCollectiveTileBytes;
-  int max_tiles = 64;
-  /// Elements per tile of a segment of `len` elements of `elem` bytes.
-  int64_t elems(int64_t len, std::size_t elem) const {
-    return fusedcoll::detail::collective_tile_elems(len, elem, spread, min_bytes, max_tiles);
-  }
-};
+using fusedcoll::detail::collective::Item;
+using fusedcoll::detail::collective::mod;
+using fusedcoll::detail::collective::num_tiles;
+using fusedcoll::detail::collective::Span;
+using fusedcoll::detail::collective::tile_of;
+using fusedcoll::detail::collective::Tiling;
+
+/// The tiling of this rank's calls (detail/collective_plan.hpp): in virtual time the device is the
+/// preset's GPU and its resident workgroups, on the host's threads its compute units.
 inline Tiling tiling_of(const Rank& rk) {
-  if (!rk.virtual_time()) return {rk.compute_units(), fusedcoll::detail::kCollectiveTileBytes, 64};
-  return {rk.max_resident_wgs(), fusedcoll::detail::kCollectiveGpuMinTileBytes,
-          fusedcoll::detail::collective_max_tiles(rk.size())};
+  return rk.virtual_time() ? Tiling::device(rk.max_resident_wgs(), rk.size())
+                           : Tiling::threads(rk.compute_units());
 }
-
-/// Number of tiles of a segment of `len` elements (0 for an empty one); at most max_tiles.
-inline int num_tiles(int64_t len, int64_t te) { return static_cast<int>((len + te - 1) / te); }
-
-/// Tile `t` of a segment of `len` elements: [begin, begin + length), empty past the end.
-struct Span {
-  int64_t begin = 0;
-  int64_t length = 0;
-};
-inline Span tile_of(int64_t len, int64_t te, int64_t t) {
-  const int64_t b = std::min(len, t * te);
-  return {b, std::min(len, b + te) - b};
-}
-
-/// A work item: a (rank, tile) pair.
-struct Item {
-  int peer = 0;
-  int tile = 0;
-};
-
-inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
 inline std::size_t bytes_of(int64_t count, std::size_t elem) {
   return static_cast<std::size_t>(count) * elem;

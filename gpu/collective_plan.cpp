@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "fusedcoll/detail/collective_plan.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/detail/wire.hpp"
 #include "fusedcoll/error.hpp"
@@ -16,15 +17,12 @@ using std::int64_t;
 
 using fusedcoll::detail::remote_first;  // the order every backend's plans use
 
-int num_tiles(int64_t len, int64_t te) { return static_cast<int>((len + te - 1) / te); }
+using fusedcoll::detail::collective::num_tiles;
+using fusedcoll::detail::collective::Span;
+using fusedcoll::detail::collective::tile_of;
 
-/// Tile `t` of a segment: [begin, begin + length).
-struct Span {
-  int64_t begin = 0, length = 0;
-};
-Span tile_of(int64_t len, int64_t te, int t) {
-  const int64_t b = std::min(len, t * te);
-  return {b, std::min(len, b + te) - b};
+int64_t tile_elems(int64_t len, std::size_t elem) {
+  return fusedcoll::detail::collective::Tiling::gpu().elems(len, elem);
 }
 
 /// Builds a plan: the steps of each rank in the order they are added, their sources and
@@ -236,11 +234,6 @@ std::uint64_t tiles_from_others(const std::vector<int64_t>& len, int64_t te, int
 }
 
 }  // namespace
-
-std::int64_t tile_elems(std::int64_t len, std::size_t elem) {
-  return fusedcoll::detail::collective_tile_elems(
-      len, elem, kMaxTiles, fusedcoll::detail::kCollectiveGpuMinTileBytes, kMaxTiles);
-}
 
 Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   const AllReduceArgs& a = all[0];

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/detail/collective_plan.hpp"
 #include "gpu/collective_exec.hpp"
 
 namespace fusedcoll::gpu::coll {
@@ -177,11 +178,8 @@ struct Resolved {
 Resolved resolve(const Plan& plan, const std::vector<std::array<unsigned char*, kNumBufs>>& base,
                  int slot0, const std::function<std::uint64_t(int, int)>& target);
 
-/// Elements per tile of a segment of `len` elements of `elem` bytes: the segment spread over
-/// kMaxTiles tiles of 4 to 64 KiB (more than 64 KiB only so that a segment has at most kMaxTiles
-/// tiles: slots are reserved per tile), so that a small call still keeps many blocks busy
-/// (detail::collective_tile_elems with spread kMaxTiles). Tiles never change a bit.
-inline constexpr int kMaxTiles = 64;
-std::int64_t tile_elems(std::int64_t len, std::size_t elem);
+/// The most tiles of one segment: the shared plan's GPU tiling (detail/collective_plan.hpp,
+/// Tiling::gpu) spreads every segment over this many tiles of 4 to 64 KiB.
+inline constexpr int kMaxTiles = fusedcoll::detail::collective::Tiling::kGpuTiles;
 
 }  // namespace fusedcoll::gpu::coll

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fusedcoll/detail/collective_plan.hpp"
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
 #include "fusedcoll/detail/gemv_plan.hpp"
@@ -273,9 +274,8 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (int q = 0; q < P; ++q) len[static_cast<std::size_t>(q)] = chunk_of(count, P, q).length;
     const std::int64_t max_len = *std::max_element(len.begin(), len.end());
     // Tiled as the emulator's collectives tile in virtual time (emu/collectives.hpp, Tiling).
-    const std::int64_t te = detail::collective_tile_elems(
-        max_len, 4, c.preset.device.resident_wgs_per_cu * cus(c),
-        detail::kCollectiveGpuMinTileBytes, detail::collective_max_tiles(P));
+    const std::int64_t te = detail::collective::Tiling::device(
+        c.preset.device.resident_wgs_per_cu * cus(c), P).elems(max_len, 4);
     auto ntiles = [&](std::int64_t l) { return (l + te - 1) / te; };
     std::size_t scatter = 0, collect = 0;
     for (int q = 0; q < P; ++q)

@@ -45,29 +45,4 @@ inline std::vector<int> remote_hosts_first(int rank, const std::vector<int>& hos
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-/// How a collective kernel cuts a segment (an owner's chunk, one peer's block) into tiles, each
-/// one put, one signal slot and one work item. Like a GPU collective kernel, it spreads a segment
-/// over the device: tiles of the segment's bytes / `spread` (the workgroups the device holds at
-/// once), no smaller than `min_bytes`, no larger than kCollectiveTileBytes unless the segment would
-/// need more than max(64, spread) tiles (at most `max_tiles`). Tiles are whole elements, so tiling
-/// never changes a bit.
-inline constexpr std::int64_t kCollectiveTileBytes = 64 * 1024;
-/// The smallest tile worth a GPU workgroup: 256 threads' 16-byte loads.
-inline constexpr std::int64_t kCollectiveGpuMinTileBytes = 4 * 1024;
-
-/// The most tiles a segment of a `ranks`-rank call may be cut into. Slots are reserved per tile
-/// and per source rank, so a kernel's slots (ranks × this) stay at most 4096 from 16 ranks up.
-inline int collective_max_tiles(int ranks) { return std::clamp(4096 / std::max(ranks, 1), 64, 256); }
-
-/// Elements per tile of a segment of `len` elements of `elem` bytes.
-inline std::int64_t collective_tile_elems(std::int64_t len, std::size_t elem, int spread,
-                                          std::int64_t min_bytes, int max_tiles) {
-  const auto e = static_cast<std::int64_t>(elem);
-  spread = std::max(spread, 1);
-  const std::int64_t bytes = std::clamp(ceil_div(len * e, spread),
-                                        std::min(min_bytes, kCollectiveTileBytes), kCollectiveTileBytes);
-  const int most = std::clamp(spread, 64, std::max(max_tiles, 64));
-  return std::max({std::int64_t{1}, bytes / e, ceil_div(len, most)});
-}
-
 }  // namespace fusedcoll::detail

@@ -1,0 +1,98 @@
+#pragma once
+/// @file
+/// The collectives' plan, the one schedule every backend runs (emu/, mpi/, gpu/, and the
+/// simulator): how a call's buffer is cut into tiles, all from the agreed arguments alone, so that
+/// a sender and its receiver cut a segment alike without being told. Tiles are sets of whole
+/// elements and never split a reduction, so the tiling never changes a bit (docs/semantics.md,
+/// "Collectives"). The plan holds no backend types: a backend maps its tiles onto its own work
+/// items, slots and buffers.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "fusedcoll/detail/schedule.hpp"
+
+namespace fusedcoll::detail::collective {
+
+// ---------------------------------------------------------------------------------------------
+// Tiling
+
+/// How a collective kernel cuts a segment (an owner's chunk, one peer's block) into tiles, each
+/// one put, one signal slot and one work item. Like a GPU collective kernel, it spreads a segment
+/// over the device: tiles of the segment's bytes / `spread` (the workgroups the device holds at
+/// once), no smaller than `min_bytes`, no larger than kTileBytes unless the segment would
+/// need more than max(64, spread) tiles (at most `max_tiles`). Tiles are whole elements, so tiling
+/// never changes a bit.
+inline constexpr std::int64_t kTileBytes = 64 * 1024;
+/// The smallest tile worth a GPU workgroup: 256 threads' 16-byte loads.
+inline constexpr std::int64_t kGpuMinTileBytes = 4 * 1024;
+
+/// The most tiles a segment of a `ranks`-rank call may be cut into. Slots are reserved per tile
+/// and per source rank, so a kernel's slots (ranks × this) stay at most 4096 from 16 ranks up.
+inline int max_tiles_of(int ranks) { return std::clamp(4096 / std::max(ranks, 1), 64, 256); }
+
+/// Elements per tile of a segment of `len` elements of `elem` bytes.
+inline std::int64_t tile_elems(std::int64_t len, std::size_t elem, int spread,
+                               std::int64_t min_bytes, int max_tiles) {
+  const auto e = static_cast<std::int64_t>(elem);
+  spread = std::max(spread, 1);
+  const std::int64_t bytes =
+      std::clamp(ceil_div(len * e, spread), std::min(min_bytes, kTileBytes), kTileBytes);
+  const int most = std::clamp(spread, 64, std::max(max_tiles, 64));
+  return std::max({std::int64_t{1}, bytes / e, ceil_div(len, most)});
+}
+
+/// The tiling of one collective call, the same on every rank so that senders and receivers cut a
+/// segment alike (tile_elems). Which one a backend uses says what runs a tile.
+struct Tiling {
+  int spread = 1;
+  std::int64_t min_bytes = kTileBytes;
+  int max_tiles = 64;  ///< the most tiles of one segment: a backend's slot stride per segment
+
+  /// Elements per tile of a segment of `len` elements of `elem` bytes.
+  std::int64_t elems(std::int64_t len, std::size_t elem) const {
+    return tile_elems(len, elem, spread, min_bytes, max_tiles);
+  }
+
+  /// Host threads (the emulator on the wall clock, `workers` compute units): a work item costs far
+  /// more than a GPU workgroup, so tiles stay 64 KiB (at most 64 per segment, larger beyond).
+  static Tiling threads(int workers) { return {workers, kTileBytes, 64}; }
+  /// A GPU's `resident` workgroups (the emulator in virtual time, the simulator): a segment is
+  /// spread over them in tiles down to 4 KiB (up to max_tiles_of(ranks) of them), so that
+  /// a small chunk's fold runs on many compute units and large ones pipeline, as a GPU collective
+  /// does.
+  static Tiling device(int resident, int ranks) {
+    return {resident, kGpuMinTileBytes, max_tiles_of(ranks)};
+  }
+  /// The GPU backend (gpu/): every segment spread over kGpuTiles tiles of 4 to 64 KiB, so that a
+  /// small call still keeps many blocks busy.
+  static constexpr int kGpuTiles = 64;
+  static Tiling gpu() { return {kGpuTiles, kGpuMinTileBytes, kGpuTiles}; }
+};
+
+/// Number of tiles of a segment of `len` elements (0 for an empty one).
+inline int num_tiles(std::int64_t len, std::int64_t te) {
+  return static_cast<int>((len + te - 1) / te);
+}
+
+/// Tile `t` of a segment: [begin, begin + length), empty past the end.
+struct Span {
+  std::int64_t begin = 0;
+  std::int64_t length = 0;
+};
+inline Span tile_of(std::int64_t len, std::int64_t te, std::int64_t t) {
+  const std::int64_t b = std::min(len, t * te);
+  return {b, std::min(len, b + te) - b};
+}
+
+/// A work item: a (peer, tile) pair.
+struct Item {
+  int peer = 0;
+  int tile = 0;
+};
+
+/// `a` mod `p` in [0, p).
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+}  // namespace fusedcoll::detail::collective
