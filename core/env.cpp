@@ -97,6 +97,23 @@ Env Env::from_environment() {
       e.problems.push_back(detail::make_string(
           "FUSEDCOLL_MPI_HOSTS='", v, "' is not a comma-separated list of host numbers"));
   }
+  if (const char* v = std::getenv("FUSEDCOLL_GPU_MODE")) {
+    const std::string_view s(v);
+    if (s == "single" || s.empty()) e.gpu_mode = GpuMode::single;
+    else if (s == "process") e.gpu_mode = GpuMode::process;
+    else
+      e.problems.push_back(
+          detail::make_string("FUSEDCOLL_GPU_MODE='", s, "' is not one of single, process"));
+  }
+  if (const char* v = std::getenv("FUSEDCOLL_GPU_PROXY")) {
+    const std::string_view s(v);
+    if (s == "auto" || s.empty()) e.gpu_proxy = GpuProxy::automatic;
+    else if (s == "all") e.gpu_proxy = GpuProxy::all;
+    else if (s == "off") e.gpu_proxy = GpuProxy::off;
+    else
+      e.problems.push_back(
+          detail::make_string("FUSEDCOLL_GPU_PROXY='", s, "' is not one of auto, all, off"));
+  }
   if (const char* v = std::getenv("FUSEDCOLL_CHECK_PROTOCOL")) {
     const std::string_view s(v);
     if (s == "1" || s == "on") e.check_protocol = true;

@@ -4,7 +4,7 @@
 #    CI machines have no GPU, so `ctest -L gpu` must report every GPU test as skipped. It runs
 #    first: a compile break shows within minutes, and the log ends with the runs that test.
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer build of the ref, model, emu and mnist tests.
-# 3. ThreadSanitizer build of the emu tests.
+# 3. ThreadSanitizer build of the emu tests and the GPU proxy's queue (host threads).
 # 4. Release build with warnings as errors: every test (unit, install/consumer), including the
 #    MPI suites (label mpi), run under mpiexec by ctest, the SimGrid scale-out simulator (label
 #    sim; required: setup installs libsimgrid-dev), and the PyTorch component (label torch)
@@ -51,8 +51,10 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=thread \
   -DFUSEDCOLL_ENABLE_MPI=OFF
 cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed_test emu_errors_test \
-  emu_ops_test emu_runtime_test emu_link_test emu_vtime_test
+  emu_ops_test emu_runtime_test emu_link_test emu_vtime_test gpu_proxy_queue_test
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
+# The GPU proxy's queue: host threads as the device's producers, one as the proxy.
+ctest --test-dir build-tsan --output-on-failure -R '^GpuProxyQueue\.'
 
 # The PyTorch component is required once its packages are there, so that a break in it fails CI
 # instead of skipping it quietly.

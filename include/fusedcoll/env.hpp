@@ -69,6 +69,21 @@ struct Env {
   /// shared memory). Lets one machine run the multi-host schedules, e.g. in tests.
   std::vector<int> mpi_hosts;
 
+  /// How the GPU backend places its ranks (docs/gpu.md).
+  enum class GpuMode { single, process };
+  /// `FUSEDCOLL_GPU_MODE` = `single` (default) | `process`: `single` runs P virtual ranks as blocks
+  /// of one launch on one GPU; `process` runs one rank per MPI process, each on its own device (or
+  /// sharing one), peers reached through IPC mappings or the host proxy. `gpu::WorldOptions::mode`
+  /// overrides it.
+  GpuMode gpu_mode = GpuMode::single;
+
+  /// Which peers the GPU backend's process mode reaches through its host proxy.
+  enum class GpuProxy { automatic, all, off };
+  /// `FUSEDCOLL_GPU_PROXY` = `auto` (default) | `all` | `off`: `auto` maps same-node peers through
+  /// IPC and proxies the others; `all` proxies every peer (the cross-node path on one machine);
+  /// `off` refuses peers on other nodes.
+  GpuProxy gpu_proxy = GpuProxy::automatic;
+
   /// One line per variable whose value could not be parsed (that variable keeps its default).
   /// `enforce_env()` turns them into an `InvalidArgument`.
   std::vector<std::string> problems;
