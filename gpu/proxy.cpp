@@ -7,9 +7,12 @@
 #include <sstream>
 
 #include "fusedcoll/error.hpp"
+#include "gpu/symmetric.hpp"
 
 namespace fusedcoll::gpu::proxy {
 namespace {
+
+using process::check_mpi;
 
 constexpr int kTag = 7;
 
@@ -24,15 +27,6 @@ struct WireHeader {
   std::uint64_t value;
 };
 
-void check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw BackendError(detail::make_string("fusedcoll gpu proxy: ", call, " failed: ",
-                                         std::string(text, static_cast<std::size_t>(len))));
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -43,7 +37,7 @@ Proxy::Proxy(MPI_Comm comm, const QueueView& queue, std::uint64_t* tail, DeviceM
              Options options)
     : reader_(queue, tail), memory_(memory), options_(options) {
   int provided = 0;
-  check(MPI_Query_thread(&provided), "MPI_Query_thread");
+  check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
   if (provided < MPI_THREAD_MULTIPLE)
     throw BackendError(
         "fusedcoll gpu proxy: MPI must be initialised with MPI_THREAD_MULTIPLE (the proxy thread "
@@ -51,7 +45,7 @@ Proxy::Proxy(MPI_Comm comm, const QueueView& queue, std::uint64_t* tail, DeviceM
   FC_ENFORCE(queue.capacity > 0 && (queue.capacity & (queue.capacity - 1)) == 0,
              "proxy queue capacity ", queue.capacity, " is not a power of two");
   FC_ENFORCE_GE(options.batch_bytes, sizeof(WireHeader) + 1, "proxy batch_bytes");
-  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   peers_.resize(static_cast<std::size_t>(size_));
@@ -158,7 +152,7 @@ void Proxy::ship(int peer) {
   s.msg.swap(p.outbox);
   s.peer = peer;
   s.started = Clock::now();
-  check(
+  check_mpi(
       MPI_Isend(s.msg.data(), static_cast<int>(s.msg.size()), MPI_BYTE, peer, kTag, comm_, &s.req),
       "MPI_Isend");
   const std::lock_guard<std::mutex> lock(mu_);
@@ -180,7 +174,7 @@ bool Proxy::reap_sends() {
   bool any = false;
   for (std::size_t i = 0; i < sends_.size();) {
     int done = 0;
-    check(MPI_Test(&sends_[i].req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&sends_[i].req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (!done) {
       ++i;
       continue;
@@ -211,12 +205,12 @@ bool Proxy::receive() {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
-    check(MPI_Improbe(MPI_ANY_SOURCE, kTag, comm_, &flag, &msg, &st), "MPI_Improbe");
+    check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kTag, comm_, &flag, &msg, &st), "MPI_Improbe");
     if (!flag) return any;
     int count = 0;
-    check(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
+    check_mpi(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
     inbox_.resize(static_cast<std::size_t>(count));
-    check(MPI_Mrecv(inbox_.data(), count, MPI_BYTE, &msg, &st), "MPI_Mrecv");
+    check_mpi(MPI_Mrecv(inbox_.data(), count, MPI_BYTE, &msg, &st), "MPI_Mrecv");
     apply(inbox_.data(), static_cast<std::size_t>(count), st.MPI_SOURCE);
     any = true;
   }

@@ -13,15 +13,6 @@
 namespace fusedcoll::gpu::process {
 namespace {
 
-void check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw BackendError(detail::make_string(
-      "fusedcoll gpu: ", call, " failed: ", std::string(text, static_cast<std::size_t>(len))));
-}
-
 /// One rank's entry of an exchange: what it allocated, as its number `seq`.
 struct Entry {
   std::int64_t seq;
@@ -31,6 +22,15 @@ struct Entry {
 };
 
 }  // namespace
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw BackendError(detail::make_string(
+      "fusedcoll gpu: ", call, " failed: ", std::string(text, static_cast<std::size_t>(len))));
+}
 
 const char* to_string(Route r) noexcept {
   switch (r) {
@@ -46,17 +46,17 @@ const char* to_string(Route r) noexcept {
 
 std::vector<int> node_of(MPI_Comm comm) {
   int rank = 0, size = 1;
-  check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   MPI_Comm node = MPI_COMM_NULL;
-  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
   // The node's name is the lowest rank on it; then numbered by first rank.
   int first = rank;
-  check(MPI_Allreduce(&rank, &first, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&rank, &first, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce");
   MPI_Comm_free(&node);
   std::vector<int> firsts(static_cast<std::size_t>(size));
-  check(MPI_Allgather(&first, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  check_mpi(MPI_Allgather(&first, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm), "MPI_Allgather");
   std::vector<int> out(static_cast<std::size_t>(size));
   std::vector<int> seen;
   for (int r = 0; r < size; ++r) {
@@ -113,8 +113,8 @@ int pick_device(int requested, int local_rank, int visible) {
 
 HandleExchange::HandleExchange(MPI_Comm comm, double timeout_s)
     : comm_(comm), timeout_s_(timeout_s) {
-  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
 }
 
 std::vector<IpcHandle> HandleExchange::exchange(const std::string& name, std::size_t bytes,
@@ -126,12 +126,12 @@ std::vector<IpcHandle> HandleExchange::exchange(const std::string& name, std::si
   e.handle = mine;
   std::vector<Entry> all(static_cast<std::size_t>(size_));
   MPI_Request req = MPI_REQUEST_NULL;
-  check(MPI_Iallgather(&e, sizeof e, MPI_BYTE, all.data(), sizeof e, MPI_BYTE, comm_, &req),
-        "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(&e, sizeof e, MPI_BYTE, all.data(), sizeof e, MPI_BYTE, comm_, &req),
+            "MPI_Iallgather");
   const auto start = std::chrono::steady_clock::now();
   for (int polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) break;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
         timeout_s_) {

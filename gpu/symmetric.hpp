@@ -21,6 +21,10 @@
 
 namespace fusedcoll::gpu::process {
 
+/// Throws `BackendError` naming `call` and MPI's error string unless `rc == MPI_SUCCESS` (the
+/// MPI backend's check lives in its own private header, which this one may not include).
+void check_mpi(int rc, const char* call);
+
 /// How this rank reaches a peer's symmetric memory and signals.
 enum class Route : std::uint8_t {
   self,   ///< its own memory

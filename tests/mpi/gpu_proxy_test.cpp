@@ -455,42 +455,4 @@ TEST(GpuProcessBootstrap, HandlesAreExchangedAndDisagreementIsAnError) {
   }
 }
 
-/// Failures of ranks other than 0 (whose gtest printer is off), prefixed with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::printf("[rank %d] FAILED at %s:%d\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                r.line_number(), r.message());
-    std::fflush(stdout);
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
-
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (worst != 0) {
-    if (rank == 0) std::printf("FAILED on some rank (status %d)\n", worst);
-    std::fflush(stdout);
-    MPI_Abort(MPI_COMM_WORLD, worst);
-  }
-  MPI_Finalize();
-  return 0;
-}
