@@ -4,7 +4,7 @@
 // the size a collective's tile pipeline hands the codec. The `/dram` variants run on 16 Mi elements
 // (64 MiB of f32): the passes of a large collective over buffers in memory, which is what the
 // cost model prices (scripts/calibrate-host-preset). The instruction set is the dispatched one
-// (FUSEDCOLL_KERNEL_ISA caps it). Results and the command: docs/results.md, "Codec throughput".
+// (FUSEDCOLL_KERNEL_ISA caps it). Results and the command: docs/results/kernels.md, "Codec throughput".
 //
 //   fusedcoll-codec-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 

@@ -1,5 +1,5 @@
 // fusedcoll-emu-bench: the three fused operators on the emulator, unfused against scale_up and
-// scale_out, at three sizes each (docs/results.md, "Emulator: fused vs unfused").
+// scale_out, at three sizes each (docs/results/emulator.md, "Emulator: fused vs unfused").
 //
 // For every (op, size):
 //   1. One set of seeded inputs (fc::make_world) serves every mode; ref/ computes the expected

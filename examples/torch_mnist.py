@@ -11,7 +11,7 @@ through a DataLoader (the same samples in the same order as DistributedSampler g
     /usr/bin/python3 examples/torch_mnist.py                        # serial: a world of one
 
 ``--comm gloo`` exchanges the same flat gradient with torch.distributed's Gloo AllReduce instead
-(the baseline of docs/results.md; ranks from Open MPI's environment, rendezvous on 127.0.0.1).
+(the baseline of docs/results/pytorch.md; ranks from Open MPI's environment, rendezvous on 127.0.0.1).
 """
 
 import argparse

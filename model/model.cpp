@@ -152,7 +152,7 @@ double seconds(const Preset& p, const Work& w) {
   if (w.kernel == Kernel::gemm && block > 0 && w.rows > 0 && w.cols > 0 && w.k > 0) {
     // gemm_tile packs B's panel before any arithmetic, and its micro-kernel computes whole
     // blocks of rows: a partial tile costs nearly a whole one (measured: 8 rows of a 16 x 64,
-    // K = 1024 tile take 0.73 of its time, 1 row 0.78; docs/results.md).
+    // K = 1024 tile take 0.73 of its time, 1 row 0.78; docs/results/virtual-time.md).
     const double padded = d((w.rows + block - 1) / block * block);
     const double panel = copy(w.k * w.cols * 4).bytes;
     const double pack = w.first_touch && p.device.gemm_cold_gbps > 0

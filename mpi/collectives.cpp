@@ -29,7 +29,7 @@ std::size_t nbytes(std::int64_t elems, std::size_t es) {
 /// `acc = acc op right` element-wise, in place (the received running value of a ring step is
 /// `acc`, the left operand), then the average's division when `last`. In place, as the emulator's
 /// ring folds: an out-of-place `dst = left op right` (a copy, then reduce_into) made the 2-rank
-/// fold at 64 MiB 5.4-5.8 ms against the one reduce pass's 2.7 (docs/results.md, "Virtual time").
+/// fold at 64 MiB 5.4-5.8 ms against the one reduce pass's 2.7 (docs/results/virtual-time.md).
 void combine(Runtime& rt, void* acc, const void* right, std::int64_t count, const AllReduceArgs& a,
              bool last) {
   const std::size_t es = dtype_size(a.dtype);

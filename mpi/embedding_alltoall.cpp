@@ -92,7 +92,7 @@ std::vector<int> sources_for(const Runtime& rt) {
 /// rather than after the first slice. Pieces stay below the TCP BTL's eager limit (64 KiB), so
 /// one needs no rendezvous with a receiver that is busy computing. Where the link is not the
 /// bottleneck, the pieces' messages cost more CPU than the overlap gains, so slices go whole:
-/// no byte count serves both (docs/results.md, "Across hosts": pieces at 512 KiB-1 MiB per rank
+/// no byte count serves both (docs/results/across-hosts.md: pieces at 512 KiB-1 MiB per rank
 /// gave 0.68-0.70 of unfused at 1 Gbit/s and cost 20-25% at 10 Gbit/s). So the sender decides
 /// alone from the link it measured (Runtime::link_rate, its receives from that host): pieces
 /// when its bytes for other hosts would take kStreamSeconds or more at that rate. Before any

@@ -544,7 +544,7 @@ constexpr std::size_t kInline = std::size_t{16} << 10;
 /// An outbox is sent once it holds this much: below the TCP BTL's eager limit (64 KiB with
 /// Open MPI's header), so it leaves without waiting for the peer to match it. Scale-up puts a
 /// row at a time (256 B at D = 64); one message per row took 3.3 s instead of 38 ms per call
-/// across two hosts (docs/results.md).
+/// across two hosts (docs/results/across-hosts.md).
 constexpr std::size_t kBatch = std::size_t{63} << 10;
 /// MPI counts are int: larger puts go as several.
 constexpr std::size_t kPiece = std::size_t{1} << 30;

@@ -96,7 +96,7 @@ class Runtime {
   // Tracing (FUSEDCOLL_TRACE; docs/mpi.md, "Tracing"): spans, one per call, one per wait, put and
   // signal, and one per phase the schedules name, on one track per thread of this rank, written
   // at destruction as a Chrome/Perfetto trace of its own per rank. They place a call's wall time
-  // among its phases (the cost model's validation, docs/results.md). Off, a span costs one
+  // among its phases (the cost model's validation, docs/results/virtual-time.md). Off, a span costs one
   // branch: the clock is not read.
   bool tracing() const noexcept { return !trace_path_.empty(); }
   /// The name of the call under way (its span ends in `end_call`).

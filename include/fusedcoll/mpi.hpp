@@ -39,8 +39,9 @@ struct Options {
 /// overlap this rank's, at least 1. Ranks that share cores would otherwise each start a grid as
 /// wide as the whole host, and their threads would take turns on the cores: with 4 ranks of 2
 /// workgroups on 2 cores a piece whose tiles were dealt to a descheduled worker left milliseconds
-/// late, and idle workers spinning after a grid delayed the other ranks (docs/results.md, "Across
-/// hosts"). Ranks bound to cores of their own keep them all. Collective over `comm`.
+/// late, and idle workers spinning after a grid delayed the other ranks
+/// (docs/results/across-hosts.md). Ranks bound to cores of their own keep them all. Collective
+/// over `comm`.
 int default_workgroups(MPI_Comm comm);
 
 /// A `Communicator` over the ranks of `comm`. Collective over `comm`: every rank calls it, in

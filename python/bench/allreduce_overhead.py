@@ -1,4 +1,4 @@
-"""What the torch binding adds to an AllReduce (docs/results.md, "PyTorch binding"): under
+"""What the torch binding adds to an AllReduce (docs/results/pytorch.md): under
 mpiexec, the raw operator ``torch.ops.fusedcoll.all_reduce.out(x, out=y)`` (f32 sum, direct) and
 the package's ``fusedcoll.all_reduce(x, out=y)`` against the same ``fusedcoll::all_reduce`` called
 from C++ (``_bench_all_reduce_cpp``: a C++ loop on the same communicator and buffers).

@@ -93,7 +93,7 @@ struct Plan {
     /// Table by table, and within a table the destinations in communication-aware order (rank+1,
     /// rank+2, ..., the local rank last). A WG stays on one table for consecutive tiles, as in
     /// the unfused kernel; destination-major made every WG sweep each table P times and measured
-    /// up to ~25% slower on the emulator (docs/results.md). But every slice is complete only
+    /// up to ~25% slower on the emulator (docs/results/emulator.md). But every slice is complete only
     /// with the last table's tiles, near the end of the grid.
     table_major,
     /// Destination by destination (`destinations`, default communication-aware order), all

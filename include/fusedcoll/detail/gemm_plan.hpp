@@ -119,7 +119,7 @@ struct Plan {
   /// Expert by expert, and within an expert communication-aware: sources rank+1, rank+2, ...,
   /// the local rank last. Expert-major keeps a WG on one weight panel (its column block of W_e)
   /// for consecutive tiles, as in the unfused kernel: source-major order alternated experts
-  /// every tile at small row counts and measured up to ~20% slower (docs/results.md).
+  /// every tile at small row counts and measured up to ~20% slower (docs/results/emulator.md).
   std::vector<Tile> fused_tiles() const {
     std::vector<Tile> out;
     for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
