@@ -57,15 +57,16 @@ struct Out {
 /// remote_hosts_first), and leaves in pieces while the rest is computed; within a host (rma) puts
 /// are cheap and table-major's locality wins (the plan).
 Plan::Order order_for(const Runtime& rt, Mode mode) {
-  if (rt.transport() != Runtime::Transport::p2p) return Plan::Order::table_major;
+  if (rt.transport().kind() != Transport::Kind::p2p) return Plan::Order::table_major;
   // Scale-out ships slices in pieces of whole sample blocks; scale-up puts rows per tile anyway
   // and keeps a table's tiles together.
   return mode == Mode::scale_out ? Plan::Order::destination_block_major
                                  : Plan::Order::destination_major;
 }
 std::vector<int> destinations_for(const Runtime& rt) {
-  return rt.transport() == Runtime::Transport::p2p ? remote_hosts_first(rt.rank(), rt.host_of())
-                                                   : remote_first(rt.rank(), rt.size());
+  return rt.transport().kind() == Transport::Kind::p2p
+             ? remote_hosts_first(rt.rank(), rt.host_of())
+             : remote_first(rt.rank(), rt.size());
 }
 
 /// The sources in the order their slices for this rank are expected to complete: by this
@@ -74,7 +75,7 @@ std::vector<int> sources_for(const Runtime& rt) {
   const int me = rt.rank(), P = rt.size();
   std::vector<int> order = remote_first(me, P), at(static_cast<std::size_t>(P), 0);
   for (int p = 0; p < P; ++p) {
-    const std::vector<int> theirs = rt.transport() == Runtime::Transport::p2p
+    const std::vector<int> theirs = rt.transport().kind() == Transport::Kind::p2p
                                         ? remote_hosts_first(p, rt.host_of())
                                         : remote_first(p, P);
     at[static_cast<std::size_t>(p)] =
@@ -94,7 +95,7 @@ std::vector<int> sources_for(const Runtime& rt) {
 /// bottleneck, the pieces' messages cost more CPU than the overlap gains, so slices go whole:
 /// no byte count serves both (docs/results/across-hosts.md: pieces at 512 KiB-1 MiB per rank
 /// gave 0.68-0.70 of unfused at 1 Gbit/s and cost 20-25% at 10 Gbit/s). So the sender decides
-/// alone from the link it measured (Runtime::link_rate, its receives from that host): pieces
+/// alone from the link it measured (Transport::link_rate, its receives from that host): pieces
 /// when its bytes for other hosts would take kStreamSeconds or more at that rate. Before any
 /// measurement, pieces when the host sends more than kStreamBytes across (whole slices, which
 /// are rendezvous-sized, then measure the link). Slices within a host always go whole.
@@ -209,7 +210,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   const bool blocks = order_for(rt, Mode::scale_out) == Plan::Order::destination_block_major;
   const auto stream = [&](int q) {
     if (!blocks || host[q] == host[me]) return false;
-    const double rate = rt.link_rate(q);
+    const double rate = rt.transport().link_rate(q);
     return rate > 0 ? static_cast<double>(leaving) / rate >= kStreamSeconds
                     : crossing > kStreamBytes;
   };

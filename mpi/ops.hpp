@@ -171,7 +171,7 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
     Runtime::Landing l = mine.bytes > 0 ? rt.find_buffer(mine.p, mine.bytes)
                                         : Runtime::Landing{};
     if (l.id < 0 && mine.bytes > 0 && mine.any_memory &&
-        rt.transport() == Runtime::Transport::p2p) {
+        rt.transport().kind() == Transport::Kind::p2p) {
       // Before the exchange: no peer puts into it before it is bound.
       rt.bind_call_buffer(const_cast<void*>(mine.p), mine.bytes);
       l = {Runtime::kCallBuffer, 0};

@@ -1,25 +1,13 @@
 #pragma once
-// The MPI backend's device-side primitives, for one rank (docs/mpi.md): symmetric memory in one
-// MPI_Win_allocate window, put / signal / wait with timeouts, and a persistent grid of
-// workgroups run as oneTBB tasks.
+// The MPI backend's device-side primitives, for one rank (docs/mpi.md): symmetric memory, put /
+// signal / wait with timeouts, and a persistent grid of workgroups run as oneTBB tasks.
 //
-// Two transports implement the same put / signal / wait (docs/mpi.md, "Transports"):
-// - rma: one-sided MPI_Put and MPI_Accumulate into the window; needs shared memory or an RDMA
-//   network between every pair of ranks (Debian's Open MPI has no one-sided path over TCP that
-//   does not hang without target-side progress).
-// - p2p: two-sided messages. A put is a control record (the destination, and the bytes themselves
-//   when small) and, when large, an MPI_Isend of the data with a tag of its own, straight from the
-//   caller's buffer; a signal is a control record. Records to one peer are coalesced into one
-//   control message, sent when it nears TCP's eager limit, with every signal or large put, and
-//   before this rank waits or ends a call: a put need land only before the next signal from
-//   this rank to that peer (put's contract below). A receiver drains control messages
-//   whenever it waits (or signals, ends a call, or its workgroups poll between tiles: Open MPI's
-//   TCP BTL moves bytes only inside MPI calls): it receives each large put into its place with
-//   an MPI_Irecv and applies a signal only once the receives that came before it from that source
-//   have landed. So data leaves as soon as a workgroup puts it, and no rank relies on a peer
-//   calling MPI except to wait for what that peer expects anyway.
+// Two transports move the bytes (mpi/transport.hpp; docs/mpi.md, "Transports"): rma, one-sided
+// MPI_Put and MPI_Accumulate into an MPI_Win_allocate window (mpi/rma.cpp), and p2p, two-sided
+// messages coalesced per peer (mpi/p2p.cpp). This class holds what they share and calls its
+// transport once per put, signal or wait.
 //
-// Window layout, identical on every rank:  [ kSlots signal slots (u64) | data area ]
+// Data area layout, identical on every rank:  [ kSlots signal slots (u64) | data area ]
 // The data area is carved per call from offsets that depend only on the agreed arguments, so an
 // offset names the same region on every rank (symmetric). Signal slots are cumulative counters,
 // never reset while the window lives: a wait's target is `expect(slot, n)`, the running total, so
@@ -36,7 +24,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +34,7 @@
 #include "fusedcoll/detail/chrome_trace.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/mpi.hpp"
+#include "mpi/transport.hpp"
 
 namespace fusedcoll::mpi {
 
@@ -54,6 +42,13 @@ namespace fusedcoll::mpi {
 void check_mpi(int rc, const char* call, const char* file, int line);
 
 #define FC_CHECK_MPI(call) ::fusedcoll::mpi::check_mpi((call), #call, __FILE__, __LINE__)
+
+/// Between polls of MPI in a wait loop. Polling MPI is what makes passive-target operations
+/// progress, but on an oversubscribed node a pure spin starves the very ranks being waited for:
+/// spin briefly, then yield the core.
+inline void backoff(std::uint64_t polls) {
+  if (polls > 64) std::this_thread::yield();
+}
 
 class Runtime {
  public:
@@ -64,9 +59,10 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  using Transport = Env::MpiTransport;
-  /// rma or p2p (never automatic): what the ranks agreed on at construction.
-  Transport transport() const noexcept { return transport_; }
+  /// How this rank moves bytes, rma or p2p: what the ranks agreed on at construction. The
+  /// operators ask it their sending policy (mpi/transport.hpp).
+  Transport& transport() noexcept { return *transport_; }
+  const Transport& transport() const noexcept { return *transport_; }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -88,6 +84,10 @@ class Runtime {
   /// meanwhile), so that MPI reads no caller buffer or data area once the call has returned;
   /// throws `TimeoutError` naming the peer that never took its data. rma: nothing to do.
   void end_call();
+  /// Marks the runtime failed (peers may be mid-call: no further calls, no collective free) and
+  /// throws `TimeoutError` naming this rank, its activity, `what` it waited for, and the peer
+  /// that has not taken this rank's data, if any.
+  [[noreturn]] void timeout(const std::string& what);
   /// True between the start of a call and the end of its argument agreement: errors raised then
   /// were raised on every rank alike, before anything moved.
   bool in_agreement() const noexcept { return in_agreement_; }
@@ -137,7 +137,7 @@ class Runtime {
 
   /// Makes the data area at least `bytes` long. Collective: every rank calls it at the same
   /// point with the same value (it depends on agreed arguments only). Growing reallocates the
-  /// window, which resets every slot and target.
+  /// area; under rma that is a new window, which resets every slot and target.
   void reserve(std::size_t bytes);
   /// This rank's data area.
   char* data() noexcept { return base_ + kSlots * sizeof(std::uint64_t); }
@@ -156,49 +156,20 @@ class Runtime {
   /// target only after the next `signal` to (or `flush` of) that peer from this thread: the
   /// put-before-signal rule of docs/semantics.md ("Calling contract").
   void put(int peer, std::size_t offset, const void* src, std::size_t bytes);
-  /// Whether the sources of a signal's puts may change after the signal returns (`reused`, the
-  /// default: the signal waits until MPI has read them) or stay untouched until the call ends
-  /// (`kept`: a staging area; over p2p the signal then leaves at once, without waiting for the
-  /// peer to take the data, and `end_call` completes the sends).
-  enum class Sources { reused, kept };
+  /// mpi/transport.hpp's Sources: may a signal's puts' sources change once it returns.
+  using Sources = mpi::Sources;
   /// Remote completion of this thread's earlier puts to `peer`, then an atomic `+add` of `peer`'s
-  /// `slot`, itself flushed so that the target sees it without our further help. Each signal
+  /// `slot`, itself flushed so that the target sees it without our further help. Each rma signal
   /// costs two MPI_Win_flush calls: tens of microseconds when ranks share cores (Open MPI then
   /// yields inside its progress loop), so kernels signal per slice or per workgroup, not per row.
   void signal(int peer, int slot, std::uint64_t add = 1, Sources sources = Sources::reused);
-  /// The rate, in bytes per second, at which this rank has received from `peer`'s host: p2p's
-  /// rendezvous-sized puts (above the TCP BTL's eager limit) from that host's ranks, each timed
-  /// from the posting of its receive to its landing, over their bytes beyond the eager limit
-  /// (the first fragment travels unasked and may have landed before the post); sums halved at
-  /// every call that adds a sample, so one noisy call does not decide. 0 until measured (and
-  /// always under rma). A sender may read it as its share of its own link to that host (links
-  /// are symmetric in the clusters this backend runs on; the host's other ranks share it alike)
-  /// and decide alone how to ship data there. A lower bound: a receive also waits for the polls
-  /// of both ranks. Host thread only, outside a launch.
-  double link_rate(int peer) const {
-    const std::size_t h = static_cast<std::size_t>(host_of_[static_cast<std::size_t>(peer)]);
-    return h < host_links_.size() && host_links_[h].secs > 0
-               ? host_links_[h].bytes / host_links_[h].secs
-               : 0.0;
-  }
-  /// Sets link_rate for `peer`'s host as if measured (later measurements go on from it): for a
-  /// caller that knows its links, and for tests of both sides of a decision taken on it.
-  void assume_link_rate(int peer, double bytes_per_s) {
-    const std::size_t h = static_cast<std::size_t>(host_of_[static_cast<std::size_t>(peer)]);
-    if (host_links_.size() <= h) host_links_.resize(h + 1);
-    host_links_[h] = HostLink{bytes_per_s, 1.0};
-  }
-  /// Rendezvous-sized: larger than this, a message waits for its receive to be posted.
-  static constexpr std::size_t kRateMinBytes = std::size_t{64} << 10;
   /// A progress poke for workgroups between tiles (p2p; nothing under rma, where puts need no
   /// help from the target): completes finished sends, drains the control messages that arrived
   /// (posting large puts' receives into place) and applies landed signals. Open MPI's TCP BTL
   /// moves data only inside MPI calls, so without it nothing a rank sends or receives
-  /// progresses while its grid computes. Bounded: at most one workgroup of the rank polls at a
-  /// time, no more often than every kPollInterval while sends or receives are under way and
-  /// every kIdlePollInterval otherwise; it never waits.
-  void poll();
-  static constexpr std::chrono::microseconds kPollInterval{100}, kIdlePollInterval{1000};
+  /// progresses while its grid computes. Bounded (mpi/p2p.cpp): at most one workgroup of the
+  /// rank polls at a time, and not more often than its interval; it never waits.
+  void poll() { transport_->poll(); }
   /// `signal(peer, slot, add)` for every peer in `peers`, with two MPI_Win_flush_all calls in all
   /// instead of two flushes per peer: for a rank that has just put to all of them in one go.
   void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add = 1);
@@ -208,8 +179,8 @@ class Runtime {
   void wait(int slot, std::uint64_t target, const std::string& what);
 
   // Symmetric buffers (fusedcoll::mpi::SymmetricBuffer): user memory the peers put into
-  // directly, one MPI_Win_allocate window each. Ids agree across ranks because buffers are made
-  // and freed collectively, in the same order everywhere.
+  // directly (rma: one MPI_Win_allocate window each; p2p: plain memory). Ids agree across ranks
+  // because buffers are made and freed collectively, in the same order everywhere.
 
   /// Allocates a buffer of `bytes` on this rank (collective; sizes may differ between ranks).
   int add_buffer(std::size_t bytes, void** data);
@@ -231,6 +202,9 @@ class Runtime {
   /// the call can arrive before it; the next call's `begin_call` unbinds it.
   void bind_call_buffer(void* p, std::size_t bytes);
   static constexpr int kCallBuffer = 0x7fffffff;
+  /// The call buffer bound in this call (null when none), and its length.
+  char* call_buffer() const noexcept { return call_buffer_; }
+  std::size_t call_bytes() const noexcept { return call_bytes_; }
 
   /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
   int grid_for(std::size_t work) const {
@@ -265,62 +239,11 @@ class Runtime {
   }
 
  private:
-  void allocate(std::size_t data_bytes);
-  void release() noexcept;
-  std::uint64_t read_slot(int slot);
-  void put_bytes(MPI_Win win, int peer, MPI_Aint disp, const void* src, std::size_t bytes);
-  [[noreturn]] void timeout(const std::string& what);
   void record_span(std::string name, std::chrono::steady_clock::time_point begin,
                    std::chrono::steady_clock::time_point end);
   void write_trace() const noexcept;
 
-  // p2p transport (runtime.cpp, "p2p").
-  struct Header {
-    std::uint32_t kind = 0;  // Kind
-    std::int32_t buffer = -1;  // -1: the data area; else a symmetric buffer id
-    std::uint64_t offset = 0, bytes = 0;
-    std::int32_t slot = 0, tag = 0;  // signal: the slot; large put: the data message's tag
-    std::uint64_t add = 0;
-  };
-  enum Kind : std::uint32_t { kInlinePut = 1, kLargePut = 2, kSignal = 3 };
-  struct Send {
-    std::vector<char> owned;  // a control message's bytes, alive until the send completes
-    std::thread::id who;
-    int peer = 0;
-  };
-  struct Arrival {  // per source, in arrival order
-    MPI_Request req = MPI_REQUEST_NULL;  // a large put's receive; null: a signal
-    int slot = 0;
-    std::uint64_t add = 0;    // signal: the add; large put: its bytes
-    std::int64_t posted = 0;  // large put: steady_clock ticks when its receive was posted
-  };
-  struct Link {  // rendezvous-sized receives from one source in the current call
-    std::uint64_t bytes = 0;
-    std::int64_t ticks = 0;  // sum of their times from posting to landing
-  };
-  struct Outbox {  // control records for one peer not sent yet
-    std::mutex mu;  // held across MPI_Isend too: messages leave in the order of their records
-    std::vector<char> records;
-  };
-  void p2p_setup();
-  /// Appends a control record (and `payload`, h.bytes of it, for an inline put) for `peer`;
-  /// sends the outbox at once if `now`, or when it is full.
-  void p2p_record(int peer, const Header& h, const void* payload, bool now);
-  void p2p_ship(int peer, Outbox& box);  // box.mu held
-  /// Sends every outbox: before this rank blocks, so no peer waits for a record held here.
-  void p2p_flush();
-  void p2p_put(int peer, int buffer, std::size_t offset, const void* src, std::size_t bytes);
-  void p2p_send(int peer, const void* p, std::size_t bytes, int tag, std::vector<char> owned);
-  void p2p_signal(int peer, int slot, std::uint64_t add, Sources sources);
-  /// Receives what has arrived and applies what has landed; false if another thread was at it.
-  bool p2p_progress();
-  /// Completes the sends of `who` to `peer` (any thread / any peer when unset), progressing.
-  void p2p_complete(const std::thread::id* who, const int* peer, const std::string& activity);
-  char* p2p_landing(const Header& h);
-  void p2p_alloc(std::size_t data_bytes);
-
   struct Buffer {
-    MPI_Win win = MPI_WIN_NULL;
     char* base = nullptr;
     std::size_t bytes = 0;
   };
@@ -330,8 +253,9 @@ class Runtime {
   int size_ = 1;
   int wgs_ = 1;
   tbb::task_arena arena_;
-  MPI_Win win_ = MPI_WIN_NULL;
-  char* base_ = nullptr;
+  std::vector<int> host_of_;
+  std::unique_ptr<Transport> transport_;
+  char* base_ = nullptr;  // transport_'s data area: slots, then data_bytes_
   std::size_t data_bytes_ = 0;
   std::map<std::string, std::pair<int, int>> slot_keys_;
   int next_slot_ = 0;
@@ -339,34 +263,8 @@ class Runtime {
   std::map<int, Buffer> buffers_;
   int next_buffer_ = 0;
   std::string activity_ = "idle";
-  std::vector<int> host_of_;
   char* call_buffer_ = nullptr;  // bind_call_buffer
   std::size_t call_bytes_ = 0;
-  Transport transport_ = Transport::rma;
-  // p2p
-  struct Freer {
-    void operator()(char* p) const noexcept;
-  };
-  std::unique_ptr<char, Freer> mem_;  // the data area's memory (slot part unused)
-  std::map<int, std::unique_ptr<char, Freer>> buffer_mem_;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> counters_;  // the slots, never reset
-  std::mutex send_mu_;
-  std::vector<MPI_Request> send_reqs_;  // parallel to sends_
-  std::vector<Send> sends_;
-  std::vector<int> send_done_;  // MPI_Testsome's indices
-  std::mutex recv_mu_;
-  std::vector<std::deque<Arrival>> arrivals_;
-  std::vector<Link> links_;  // per source, under recv_mu_
-  struct HostLink {
-    double bytes = 0, secs = 0;  // decayed sums (link_rate)
-  };
-  std::vector<HostLink> host_links_;  // per host; host thread (end_call, link_rate)
-  std::vector<char> inbox_;
-  std::vector<std::unique_ptr<Outbox>> outboxes_;  // per peer
-  std::atomic<std::uint32_t> next_tag_{0};
-  std::atomic<std::int64_t> last_poll_{0};  // steady_clock ticks of the last poll()
-  std::atomic<bool> p2p_busy_{false};       // sends open or large puts being received
-  int data_tags_ = 1;
   bool failed_ = false;
   bool in_agreement_ = false;
   // tracing

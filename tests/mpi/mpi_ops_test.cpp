@@ -107,7 +107,7 @@ TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
 TEST(MpiEmbeddingAllToAll, PiecesFollowTheLinkRate) {
   // Over p2p scale-out ships a slice for another host in pieces when the link the sender
   // measured would take long enough to carry its bytes there, else whole
-  // (mpi/embedding_alltoall.cpp). Both sides forced through Runtime::assume_link_rate, on a
+  // (mpi/embedding_alltoall.cpp). Both sides forced through Transport::assume_link_rate, on a
   // small problem and on LargeSlicesLeaveInPieces's: at 1 MB/s every slice for another host
   // goes in pieces, the short last one included, at 1 TB/s every slice goes whole. Where all
   // ranks share a host (the runs without FUSEDCOLL_MPI_HOSTS) nothing is cut either way.
@@ -119,7 +119,7 @@ TEST(MpiEmbeddingAllToAll, PiecesFollowTheLinkRate) {
   large.max_bag = 4;
   for (const double rate : {1e6, 1e12}) {
     fusedcoll::mpi::Runtime rt(MPI_COMM_WORLD, {});
-    for (int p = 0; p < rt.size(); ++p) rt.assume_link_rate(p, rate);
+    for (int p = 0; p < rt.size(); ++p) rt.transport().assume_link_rate(p, rate);
     for (const EmbeddingProblem& pb : {emb_problem(world_size(), 1, 71), large}) {
       OpCase<EmbeddingProblem> c(pb, Mode::scale_out);
       SCOPED_TRACE(c.what() + " link " + std::to_string(rate) + " B/s");
