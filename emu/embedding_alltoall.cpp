@@ -39,7 +39,6 @@
 // from Rank::expect, never from resets. Each call starts with the rendezvous of `enter`, so no rank
 // can put into a receive buffer a peer is still unpacking from the previous call.
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -73,13 +72,8 @@ model::Work pool_work(const EmbeddingTableShard& sh, std::int64_t dim, std::int6
                           sh.per_sample_weights.data() != nullptr);
 }
 
-/// Rows `first, first + step, ...` of this rank's batch: how many `unpack` copies.
-std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) {
-  return first < batch ? (batch - first + step - 1) / step : 0;
-}
-
 /// Copies rows `i = first, first + step, ...` of the block [B_me, T_p, D] received from `p` into
-/// their places in this rank's output.
+/// their places in this rank's output (Plan::unpack_floats prices it).
 void unpack(const Plan& pl, int p, const float* block, const OutRef& out, std::int64_t first,
             std::int64_t step) {
   if (pl.D == 0) return;
@@ -176,7 +170,7 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableSha
       co_await wg.wait_until(arrive + p, Cmp::ge, arrive_target[p]);
       const float* block =
           wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me));
-      wg.compute("unpack", {model::copy(rows_of(pl.batch[me], w, g) * pl.tp[p] * D * 4)},
+      wg.compute("unpack", {model::copy(pl.unpack_floats(p, w, g) * 4)},
                  [&] { unpack(pl, p, block, mine, w, g); });
     }
     co_return;
@@ -193,9 +187,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
 
   // Kernel 1: pool every local bag into L [B, T_me, D].
   const std::vector<Tile> tiles = pl.unfused_tiles();
-  const int grid1 = static_cast<int>(
-      std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
-  rk.launch("embedding_bag", grid1, [&](WgContext& wg) -> WgTask {
+  rk.launch("embedding_bag", grid_for(rk, tiles.size()), [&](WgContext& wg) -> WgTask {
     float* l = wg.local_as<float>(local);
     for (;;) {
       const auto i = static_cast<std::size_t>(co_await wg.claim());
@@ -212,11 +204,8 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
   std::vector<std::uint64_t> target(P);
   for (int p = 0; p < P; ++p) target[p] = rk.expect(arrive + p, 1);
   const std::vector<int> order = remote_first(me, P);
-  // One workgroup per output row (up to the resident limit), not per peer: the permutation into
-  // the output is a device-wide copy, as a framework's permute kernel after a library All-to-All
-  // is; P workgroups would copy it on P compute units (docs/simulation.md).
-  const int grid2 = grid_for(rk, static_cast<std::size_t>(std::max<std::int64_t>(P, pl.batch[me])));
-  rk.launch("embedding_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
+  // One workgroup per output row (Plan::a2a_items), not per peer.
+  rk.launch("embedding_alltoall a2a", grid_for(rk, pl.a2a_items()), [&](WgContext& wg) -> WgTask {
     const float* l = wg.local_as<const float>(local);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (std::int64_t j = w; j < P; j += g) {
@@ -230,7 +219,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<EmbeddingTableShard
       co_await wg.wait_until(arrive + p, Cmp::ge, target[p]);
       const float* block =
           wg.read_as<const float>(recv, pl.recv_offset(p, me), pl.slice_floats(p, me));
-      wg.compute("unpack", {model::copy(rows_of(pl.batch[me], w, g) * pl.tp[p] * D * 4)},
+      wg.compute("unpack", {model::copy(pl.unpack_floats(p, w, g) * 4)},
                  [&] { unpack(pl, p, block, mine, w, g); });
     }
     co_return;

@@ -75,31 +75,19 @@ void unpack(const Plan& pl, int h, const float* slice, const OutRef& out, std::i
 class Touched {
  public:
   explicit Touched(const Plan& pl)
-      : panels_(fusedcoll::detail::ceil_div(pl.N, kColBlock)),
-        seen_(static_cast<std::size_t>(std::max<std::int64_t>(
-            1, static_cast<std::int64_t>(pl.experts_of[pl.me].size()) * panels_))) {}
+      : pl_(pl), seen_(static_cast<std::size_t>(std::max<std::int64_t>(1, pl.panels()))) {}
   bool first(const Tile& tl) {
-    return seen_[static_cast<std::size_t>(tl.j * panels_ + tl.n0 / kColBlock)].exchange(1) == 0;
+    return seen_[static_cast<std::size_t>(pl_.panel_of(tl))].exchange(1) == 0;
   }
 
  private:
-  std::int64_t panels_;
+  const Plan& pl_;
   std::vector<std::atomic<unsigned char>> seen_;
 };
 
 /// The cost model's view of `compute_tile`.
 model::Work tile_work(const Plan& pl, const Tile& tl, Touched& touched) {
   return model::gemm(tl.r1 - tl.r0, tl.n1 - tl.n0, pl.K, touched.first(tl));
-}
-
-/// Rows `unpack(pl, h, ..., first, step)` copies.
-std::int64_t unpack_rows(const Plan& pl, int h, std::int64_t first, std::int64_t step) {
-  std::int64_t n = 0;
-  for (int e : pl.experts_of[h]) {
-    const std::int64_t skip = ((first - pl.so[pl.me][e]) % step + step) % step;
-    if (skip < pl.c(pl.me, e)) n += (pl.c(pl.me, e) - skip + step - 1) / step;
-  }
-  return n;
 }
 
 void run_scale_up(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& experts,
@@ -186,7 +174,7 @@ void run_scale_out(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exp
       if (h == me || pl.tiles(h, me) == 0) continue;
       co_await wg.wait_until(arrive + h, Cmp::ge, arrive_target[h]);
       const float* slice = wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N);
-      wg.compute("unpack", {model::copy(unpack_rows(pl, h, w, g) * N * 4)},
+      wg.compute("unpack", {model::copy(pl.unpack_rows(h, w, g) * N * 4)},
                  [&] { unpack(pl, h, slice, mine, w, g); });
     }
     co_return;
@@ -202,14 +190,9 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
   const std::int64_t N = pl.N;
 
   // Kernel 1: the expert GEMMs, into per-source row blocks.
-  std::vector<Tile> tiles;
-  for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
-  std::stable_sort(tiles.begin(), tiles.end(),
-                   [](const Tile& x, const Tile& y) { return x.j < y.j; });  // expert by expert
-  const int grid1 = static_cast<int>(
-      std::min<std::int64_t>(static_cast<std::int64_t>(tiles.size()), rk.max_resident_wgs()));
+  const std::vector<Tile> tiles = pl.unfused_tiles();
   Touched touched(pl);
-  rk.launch("expert_gemm", grid1, [&](WgContext& wg) -> WgTask {
+  rk.launch("expert_gemm", grid_for(rk, tiles.size()), [&](WgContext& wg) -> WgTask {
     float* st = wg.local_as<float>(stage);
     for (;;) {
       const auto i = static_cast<std::size_t>(co_await wg.claim());
@@ -227,12 +210,8 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
   std::vector<std::uint64_t> target(P);
   for (int h = 0; h < P; ++h) target[h] = rk.expect(arrive + h, 1);
   const std::vector<int> order = remote_first(me, P);
-  // One workgroup per received row (up to the resident limit), not per peer: the reorder is a
-  // device-wide copy (as in embedding_alltoall.cpp's kernel 2).
-  std::int64_t received = 0;
-  for (int h = 0; h < P; ++h) received += pl.rows[h][me];
-  const int grid2 = grid_for(rk, static_cast<std::size_t>(std::max<std::int64_t>(P, received)));
-  rk.launch("gemm_alltoall a2a", grid2, [&](WgContext& wg) -> WgTask {
+  // One workgroup per received row (Plan::a2a_items), not per peer.
+  rk.launch("gemm_alltoall a2a", grid_for(rk, pl.a2a_items()), [&](WgContext& wg) -> WgTask {
     const float* st = wg.local_as<const float>(stage);
     const std::int64_t w = wg.wg(), g = wg.num_wgs();
     for (std::int64_t k = w; k < P; k += g) {
@@ -245,7 +224,7 @@ void run_unfused(Rank& rk, const Plan& pl, const std::vector<LocalExpert>& exper
     for (int h : order) {
       co_await wg.wait_until(arrive + h, Cmp::ge, target[h]);
       const float* slice = wg.read_as<const float>(recv, pl.recv_at[h][me] * N, pl.rows[h][me] * N);
-      wg.compute("unpack", {model::copy(unpack_rows(pl, h, w, g) * N * 4)},
+      wg.compute("unpack", {model::copy(pl.unpack_rows(h, w, g) * N * 4)},
                  [&] { unpack(pl, h, slice, mine, w, g); });
     }
     co_return;

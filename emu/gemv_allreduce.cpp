@@ -106,7 +106,7 @@ void run_scale_out(Rank& rk, const Plan& p, const GemvAllReduceArgs& a, const Ys
   const std::uint64_t arrive_target = rk.expect(arrive_slot, P);
   const std::uint64_t rdone_target = rk.expect(rdone_slot, p.mine.size());
   const std::uint64_t gather_target = rk.expect(gather_slot, P);
-  const int grid = grid_for(rk, std::max<std::size_t>(p.tiles.size(), P));
+  const int grid = grid_for(rk, p.scale_out_items());
 
   rk.launch("gemv_allreduce_scale_out", grid, [&](WgContext& wg) -> WgTask {
     float* stage_f = wg.local_as<float>(stage);

@@ -58,10 +58,10 @@ std::vector<const Args*> enter(Rank& rk, const std::string& op, const Args& args
   return all;
 }
 
-/// Workgroups of a persistent kernel over `work` items: one per item, at least one, and never more
-/// than can be resident at once (WGs of these kernels wait on each other).
+/// Workgroups of a persistent kernel over `work` items on this rank's device
+/// (detail::persistent_grid, which the simulator prices too).
 inline int grid_for(const Rank& rk, std::size_t work) {
-  return static_cast<int>(std::clamp<std::size_t>(work, 1, rk.max_resident_wgs()));
+  return fusedcoll::detail::persistent_grid(work, static_cast<std::size_t>(rk.max_resident_wgs()));
 }
 
 /// The communication-aware order of the kernels' peers (detail/schedule.hpp).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fusedcoll/detail/collective_plan.hpp"
@@ -26,11 +27,11 @@ namespace {
 int cus(const Cluster& c) { return c.preset.device.compute_units; }
 double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
 
-/// The emulator's `grid_for`: one workgroup per work item up to the device's resident limit.
+/// The grid the emulator launches over `work` items (emu/ops.hpp `grid_for`).
 int grid_for(const Cluster& c, std::size_t work) {
-  const auto resident =
-      static_cast<std::size_t>(c.preset.device.resident_wgs_per_cu) * static_cast<std::size_t>(cus(c));
-  return static_cast<int>(std::clamp<std::size_t>(work, 1, resident));
+  return detail::persistent_grid(work,
+                                 static_cast<std::size_t>(c.preset.device.resident_wgs_per_cu) *
+                                     static_cast<std::size_t>(cus(c)));
 }
 
 /// A persistent kernel's items in order. `end[i]` is item i's end from the kernel's first
@@ -61,11 +62,6 @@ struct Grid {
     return t;
   }
 };
-
-/// The emulator's `rows_of`: rows first, first + step, ... of a batch of `batch`.
-std::int64_t rows_of(std::int64_t batch, std::int64_t first, std::int64_t step) {
-  return first < batch ? (batch - first + step - 1) / step : 0;
-}
 
 double secs(const Cluster& c, const model::Work& w) { return model::seconds(c.preset, w); }
 
@@ -137,8 +133,8 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
     x.seconds = launch(c);
     for (int q = 0; q < P; ++q)
       if (q != me) x.sends.push_back({launch(c), q, pl.slice_floats(me, q) * 4});
-    const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, pl.batch[me])));
-    x.after = copy_kernel(c, g, [&](int w) { return rows_of(pl.batch[me], w, g) * pl.T * D * 4; });
+    const int g = grid_for(c, pl.a2a_items());
+    x.after = copy_kernel(c, g, [&](int w) { return pl.unpack_rows(w, g) * pl.T * D * 4; });
     prog.push_back(std::move(x));
     return prog;
   }
@@ -160,7 +156,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
       if (pl.tiles(me, q) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, pl.slice_floats(me, q) * 4});
       if (pl.tiles(q, me) > 0) remote_tables += pl.tp[static_cast<std::size_t>(q)];
     }
-    x.after = copy_kernel(c, g, [&](int w) { return rows_of(pl.batch[me], w, g) * remote_tables * D * 4; });
+    x.after = copy_kernel(c, g, [&](int w) { return pl.unpack_rows(w, g) * remote_tables * D * 4; });
   }
   prog.push_back(std::move(x));
   return prog;
@@ -182,32 +178,17 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   // The emulator's first touches (emu/gemm_alltoall.cpp, Touched): a kernel's first tile on
   // each (local expert, column block) reads its panel from memory. The tiles are priced in tile
   // order; reset per kernel.
-  std::vector<char> touched;
+  std::vector<char> touched(static_cast<std::size_t>(pl.panels()), 0);
   auto cost = [&](const Tile& t) {
-    const std::int64_t panels = detail::ceil_div(N, kColBlock);
-    const auto at = static_cast<std::size_t>(t.j * panels + t.n0 / kColBlock);
-    if (touched.size() <= at) touched.resize(at + 1, 0);
-    const bool first = touched[at] == 0;
-    touched[at] = 1;
+    const bool first = std::exchange(touched[static_cast<std::size_t>(pl.panel_of(t))], 1) == 0;
     return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K, first));
-  };
-  // The emulator's `unpack_rows`: rows of host h's slice that workgroup `first` of `step` copies.
-  auto unpack_rows = [&](int h, std::int64_t first, std::int64_t step) {
-    std::int64_t n = 0;
-    for (int e : pl.experts_of[static_cast<std::size_t>(h)]) {
-      const std::int64_t skip = ((first - pl.so[static_cast<std::size_t>(me)][static_cast<std::size_t>(e)]) % step + step) % step;
-      if (skip < pl.c(me, e)) n += (pl.c(me, e) - skip + step - 1) / step;
-    }
-    return n;
   };
   auto slice_bytes = [&](int h, int s) {
     return pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(s)] * N * 4;
   };
   Program prog;
   if (mode == Mode::unfused) {
-    std::vector<Tile> tiles;
-    for (int s = 0; s < P; ++s) pl.add_tiles(s, tiles);
-    std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& x, const Tile& y) { return x.j < y.j; });
+    const std::vector<Tile> tiles = pl.unfused_tiles();
     Grid k1(c, grid_for(c, tiles.size()));
     for (const Tile& t : tiles) k1.claim(cost(t));
     prog.push_back(compute_step("gemm_alltoall", launch(c) + k1.makespan()));
@@ -215,12 +196,10 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     x.seconds = launch(c);
     for (int s = 0; s < P; ++s)
       if (s != me) x.sends.push_back({launch(c), s, slice_bytes(me, s)});
-    std::int64_t received = 0;
-    for (int h = 0; h < P; ++h) received += pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(me)];
-    const int g = grid_for(c, static_cast<std::size_t>(std::max<std::int64_t>(P, received)));
+    const int g = grid_for(c, pl.a2a_items());
     x.after = copy_kernel(c, g, [&](int w) {
       std::int64_t rows = 0;
-      for (int h = 0; h < P; ++h) rows += unpack_rows(h, w, g);
+      for (int h = 0; h < P; ++h) rows += pl.unpack_rows(h, w, g);
       return rows * N * 4;
     });
     prog.push_back(std::move(x));
@@ -241,7 +220,7 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     x.after = copy_kernel(c, g, [&](int w) {
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h)
-        if (h != me && pl.tiles(h, me) > 0) rows += unpack_rows(h, w, g);
+        if (h != me && pl.tiles(h, me) > 0) rows += pl.unpack_rows(h, w, g);
       return rows * N * 4;
     });
   }
@@ -311,8 +290,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     prog.push_back(std::move(ag));
     return prog;
   }
-  const int g = mode == Mode::scale_up ? grid_for(c, p.tiles.size())
-                                       : grid_for(c, std::max<std::size_t>(p.tiles.size(), static_cast<std::size_t>(P)));
+  const int g = grid_for(c, mode == Mode::scale_up ? p.tiles.size() : p.scale_out_items());
   Grid k(c, g);
   Step rs = exchange_step("gemv_allreduce");
   std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);

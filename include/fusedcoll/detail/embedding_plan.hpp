@@ -133,6 +133,23 @@ struct Plan {
     }
     return out;
   }
+  /// The unpack after the exchange (the unfused All-to-All kernel and scale_out's second phase):
+  /// workgroup `w` of `g` copies this rank's output rows w, w + g, ... out of each received
+  /// slice, the floats below from p's. The unfused All-to-All kernel has a workgroup per output
+  /// row (up to the resident limit, `a2a_items`): permuting the received blocks into the output is
+  /// a device-wide copy, as a framework's permute kernel after a library All-to-All is; one
+  /// workgroup per peer would copy it on P compute units (docs/simulation.md).
+  std::int64_t unpack_rows(std::int64_t w, std::int64_t g) const {
+    return strided_count(batch[me], w, g);
+  }
+  std::int64_t unpack_floats(int p, std::int64_t w, std::int64_t g) const {
+    return unpack_rows(w, g) * tp[p] * D;
+  }
+  /// Work items of the unfused All-to-All kernel: one per output row, at least one per peer
+  /// (workgroup j puts the blocks of peers j, j + grid, ...).
+  std::size_t a2a_items() const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(P, batch[me]));
+  }
   /// The unfused baseline's pooling tiles: every local bag of the global batch into L
   /// [B, T_me, D] (laid out like the staging area), table by table.
   std::vector<Tile> unfused_tiles() const {

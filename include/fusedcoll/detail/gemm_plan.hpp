@@ -116,6 +116,44 @@ struct Plan {
   void add_tiles(int s, std::vector<Tile>& out) const {
     for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j) add_tiles(s, j, out);
   }
+  /// The unfused baseline's expert kernel: every local tile, expert by expert (one weight panel
+  /// after another, as fused_tiles), the sources in rank order.
+  std::vector<Tile> unfused_tiles() const {
+    std::vector<Tile> out;
+    for (int j = 0; j < static_cast<int>(experts_of[me].size()); ++j)
+      for (int s = 0; s < P; ++s) add_tiles(s, j, out);
+    return out;
+  }
+  /// A kernel's weight panels, (local expert, column block): the first tile on each reads it from
+  /// memory (model::Work::first_touch); `panel_of` numbers them from 0 to panels() - 1.
+  std::int64_t panels() const {
+    return static_cast<std::int64_t>(experts_of[me].size()) * ceil_div(N, kColBlock);
+  }
+  std::int64_t panel_of(const Tile& t) const {
+    return t.j * ceil_div(N, kColBlock) + t.n0 / kColBlock;
+  }
+  /// Rows of the slice host h sent this rank that workgroup `w` of `g` copies out (rows w, w + g,
+  /// ... of each expert's block, counted from the block's first row in the slice).
+  std::int64_t unpack_rows(int h, std::int64_t w, std::int64_t g) const {
+    std::int64_t n = 0;
+    for (int e : experts_of[h]) {
+      const std::int64_t skip = ((w - so[me][e]) % g + g) % g;
+      n += strided_count(c(me, e), skip, g);
+    }
+    return n;
+  }
+  /// Rows every host sends this rank.
+  std::int64_t received_rows() const {
+    std::int64_t n = 0;
+    for (int h = 0; h < P; ++h) n += rows[h][me];
+    return n;
+  }
+  /// Work items of the unfused All-to-All kernel: one per received row (the reorder into expert
+  /// order is a device-wide copy, as EmbeddingAllToAll's), at least one per peer (workgroup j puts
+  /// the blocks of peers j, j + grid, ...).
+  std::size_t a2a_items() const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(P, received_rows()));
+  }
   /// Expert by expert, and within an expert communication-aware: sources rank+1, rank+2, ...,
   /// the local rank last. Expert-major keeps a WG on one weight panel (its column block of W_e)
   /// for consecutive tiles, as in the unfused kernel: source-major order alternated experts

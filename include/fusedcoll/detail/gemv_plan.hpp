@@ -47,11 +47,13 @@ struct Plan {
   std::vector<Chunk> chunks;  ///< [P] owner j's columns
   std::vector<Tile> tiles;    ///< every tile, owner-major: a tile's id is its index here
   std::vector<std::int64_t> tiles_of;  ///< [P] tiles in owner j's chunk: when its slice is done
+  std::vector<int> first_tile;         ///< [P + 1] owner j's tile ids: [first_tile[j], [j + 1])
   std::vector<int> compute;  ///< this rank's tile ids, owners remote-first (rank+1, ..., me last)
   std::vector<int> mine;     ///< ids of the tiles of this rank's own chunk, which it reduces
 
   Plan(const GemvAllReduceArgs& a, int rank, int size)
-      : P(size), me(rank), m(a.m), n(a.n), k(a.k_splits[rank]), tiles_of(size, 0) {
+      : P(size), me(rank), m(a.m), n(a.n), k(a.k_splits[rank]), tiles_of(size, 0),
+        first_tile(size + 1, 0) {
     for (int j = 0; j < P; ++j) {
       const Chunk c = chunk_of(n, P, j);
       chunks.push_back(c);
@@ -59,16 +61,20 @@ struct Plan {
       tiles_of[j] = ceil_div(c.length, kTileN);
       for (std::int64_t c0 = 0; c0 < c.length; c0 += kTileN)
         tiles.push_back({j, c.offset + c0, c.offset + std::min(c0 + kTileN, c.length)});
+      first_tile[j + 1] = static_cast<int>(tiles.size());
     }
     S = m * max_chunk;
     // Remote owners first so partials leave early; the own chunk's partials need no transfer.
     for (int owner : remote_first(me, P))
-      for (int t = 0; t < static_cast<int>(tiles.size()); ++t)
-        if (tiles[t].owner == owner) compute.push_back(t);
-    for (int t = 0; t < static_cast<int>(tiles.size()); ++t)
-      if (tiles[t].owner == me) mine.push_back(t);
+      for (int t = first_tile[owner]; t < first_tile[owner + 1]; ++t) compute.push_back(t);
+    for (int t = first_tile[me]; t < first_tile[me + 1]; ++t) mine.push_back(t);
   }
   int num_tiles() const { return static_cast<int>(tiles.size()); }
+  /// Work items of the fused scale_out kernel: its tiles, and at least one workgroup per owner
+  /// (workgroup j unpacks the gathered chunks of owners j, j + grid, ...).
+  std::size_t scale_out_items() const {
+    return std::max(tiles.size(), static_cast<std::size_t>(P));
+  }
   /// Where tile `t` starts inside its owner's [m, len] slice, in columns.
   std::int64_t in_slice(const Tile& t) const { return t.n0 - chunks[t.owner].offset; }
 };

@@ -45,4 +45,18 @@ inline std::vector<int> remote_hosts_first(int rank, const std::vector<int>& hos
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+/// Workgroups of a persistent kernel over `work` items on a device that holds `resident`
+/// workgroups at once: one per item, at least one, never more than can be resident (a persistent
+/// kernel's workgroups wait on each other, so all of them must be). The emulator launches this
+/// grid and the simulator prices it.
+inline int persistent_grid(std::size_t work, std::size_t resident) {
+  return static_cast<int>(std::clamp<std::size_t>(work, 1, std::max<std::size_t>(resident, 1)));
+}
+
+/// How many of `first, first + step, ...` lie below `n`: the items of `n` that workgroup `first`
+/// of a `step`-workgroup kernel takes when they are dealt round robin.
+inline std::int64_t strided_count(std::int64_t n, std::int64_t first, std::int64_t step) {
+  return first < n ? (n - first + step - 1) / step : 0;
+}
+
 }  // namespace fusedcoll::detail
