@@ -5,10 +5,11 @@
 // `detail::embedding_bag_rows`, so the bits are ref/'s whatever the tiling or the mode.
 //
 // Every mode runs a persistent grid of workgroups (oneTBB tasks) over the tiles, table by table
-// and within a table remote destinations first (rank+1, rank+2, ..., local last); over the p2p
-// transport destination by destination, other hosts' ranks first and block by block within a
-// destination, so that each slice is complete, and leaves, while the rest is computed
-// (order_for, destinations_for). Workgroups poll the transport between tiles. No workgroup
+// and within a table in the transport's destination order (rma: rank+1, rank+2, ..., local
+// last); where the transport wants data finished destination by destination (p2p, across hosts:
+// other hosts' ranks first), destination by destination and, for scale-out, block by block
+// within a destination, so that each slice is complete, and leaves, while the rest is computed
+// (order_for; mpi/transport.hpp). Workgroups poll the transport between tiles. No workgroup
 // waits for another: the waits for peers come after this rank's grid has sent everything, so the
 // grid's size never decides whether the call can finish.
 //
@@ -25,9 +26,9 @@
 //   is copied (the emulator's zero-copy store).
 // - scale_out (staged slices): remote tiles pool straight into this rank's staging slice for the
 //   destination ([B_q, T_me, D], in the window); the workgroup whose tile completes a slice puts
-//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]; over p2p, when the link this
-//   rank measured to another host would carry its bytes there for kStreamSeconds or more, a
-//   slice for that host leaves in pieces of whole sample blocks as they complete, and the
+//   the whole slice with one MPI_Put and signals 'emb.arrive'[me]; where the transport asks for
+//   pieces (Transport::piece_bytes: p2p, to another host, when the link this rank measured
+//   bounds the call), a slice leaves in pieces of whole sample blocks as they complete, and the
 //   workgroup putting the last piece signals. Receivers unpack the slices.
 // - unfused: pool everything into L [B, T_me, D], then MPI_Ialltoallv and the permutation into
 //   table-id order.
@@ -45,39 +46,31 @@ namespace fusedcoll::mpi {
 namespace {
 
 using namespace fusedcoll::detail::embedding;  // Plan, Tile, kBagBlock, pool
-using fusedcoll::detail::remote_hosts_first;
 
 struct Out {
   float* data = nullptr;
   std::int64_t s0 = 0, s1 = 0;
 };
 
-/// The tile order: across hosts (p2p) a slice's wire time is comparable to the compute, so each
-/// destination's slice is finished whole, one after the other, other hosts' ranks first (staggered,
-/// remote_hosts_first), and leaves in pieces while the rest is computed; within a host (rma) puts
-/// are cheap and table-major's locality wins (the plan).
+/// The tile order: where the transport wants data finished destination by destination (its wire
+/// time comparable to the compute), each destination's slice is finished whole, one after the
+/// other, and leaves (in pieces for scale-out) while the rest is computed; elsewhere puts are
+/// cheap and table-major's locality wins (the plan).
 Plan::Order order_for(const Runtime& rt, Mode mode) {
-  if (rt.transport().kind() != Transport::Kind::p2p) return Plan::Order::table_major;
+  if (!rt.transport().destination_by_destination()) return Plan::Order::table_major;
   // Scale-out ships slices in pieces of whole sample blocks; scale-up puts rows per tile anyway
   // and keeps a table's tiles together.
   return mode == Mode::scale_out ? Plan::Order::destination_block_major
                                  : Plan::Order::destination_major;
 }
-std::vector<int> destinations_for(const Runtime& rt) {
-  return rt.transport().kind() == Transport::Kind::p2p
-             ? remote_hosts_first(rt.rank(), rt.host_of())
-             : remote_first(rt.rank(), rt.size());
-}
 
 /// The sources in the order their slices for this rank are expected to complete: by this
-/// rank's position in each source's destination order (destinations_for on the source).
+/// rank's position in each source's destination order.
 std::vector<int> sources_for(const Runtime& rt) {
   const int me = rt.rank(), P = rt.size();
   std::vector<int> order = remote_first(me, P), at(static_cast<std::size_t>(P), 0);
   for (int p = 0; p < P; ++p) {
-    const std::vector<int> theirs = rt.transport().kind() == Transport::Kind::p2p
-                                        ? remote_hosts_first(p, rt.host_of())
-                                        : remote_first(p, P);
+    const std::vector<int> theirs = rt.transport().destinations(p);
     at[static_cast<std::size_t>(p)] =
         static_cast<int>(std::find(theirs.begin(), theirs.end(), me) - theirs.begin());
   }
@@ -86,22 +79,6 @@ std::vector<int> sources_for(const Runtime& rt) {
   });
   return order;
 }
-
-/// Scale-out over p2p ships its slices for other hosts in pieces of about kPieceBytes (whole
-/// blocks of kBagBlock samples x every local table, contiguous in the slice), each as soon as its
-/// tiles are pooled, when the link is what bounds the call: the link starts after the first piece
-/// rather than after the first slice. Pieces stay below the TCP BTL's eager limit (64 KiB), so
-/// one needs no rendezvous with a receiver that is busy computing. Where the link is not the
-/// bottleneck, the pieces' messages cost more CPU than the overlap gains, so slices go whole:
-/// no byte count serves both (docs/results/across-hosts.md: pieces at 512 KiB-1 MiB per rank
-/// gave 0.68-0.70 of unfused at 1 Gbit/s and cost 20-25% at 10 Gbit/s). So the sender decides
-/// alone from the link it measured (Transport::link_rate, its receives from that host): pieces
-/// when its bytes for other hosts would take kStreamSeconds or more at that rate. Before any
-/// measurement, pieces when the host sends more than kStreamBytes across (whole slices, which
-/// are rendezvous-sized, then measure the link). Slices within a host always go whole.
-constexpr std::int64_t kPieceBytes = std::int64_t{48} << 10;
-constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
-constexpr double kStreamSeconds = 2.5e-3;
 
 /// Copies the block [B_me, T_p, D] received from `p` into the output, rows spread over the grid.
 void unpack(Runtime& rt, const Plan& pl, int p, const float* block, const Out& out) {
@@ -129,7 +106,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int from = rt.slots("emb.from", P);
   const std::vector<Tile> tiles =
-      pl.fused_tiles(order_for(rt, Mode::scale_up), destinations_for(rt));
+      pl.fused_tiles(order_for(rt, Mode::scale_up), rt.transport().destinations(me));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
@@ -195,9 +172,9 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   const std::size_t stage_at = 0, recv_at = fbytes(pl.stage_floats());
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int arrive = rt.slots("emb.arrive", P);
-  // Pieces: runs of whole sample blocks of one destination's slice; about kPieceBytes each for
-  // other hosts over p2p (destination-major order, blocks in sample order) when the link bounds
-  // the call (`stream`, kStreamSeconds); otherwise, and under rma, the whole slice in one put.
+  // Pieces: runs of whole sample blocks of one destination's slice, in the destination-block
+  // order, of about the bytes the transport asks for (Transport::piece_bytes: p2p, to other
+  // hosts, when the link bounds the call); otherwise the whole slice in one put.
   const std::vector<int>& host = rt.host_of();
   std::int64_t crossing = 0;  // bytes this rank's host sends to other hosts in this call
   for (int p = 0; p < P; ++p)
@@ -207,20 +184,18 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   std::int64_t leaving = 0;  // bytes this rank sends to other hosts in this call
   for (int q = 0; q < P; ++q)
     if (host[q] != host[me]) leaving += static_cast<std::int64_t>(fbytes(pl.slice_floats(me, q)));
-  const bool blocks = order_for(rt, Mode::scale_out) == Plan::Order::destination_block_major;
-  const auto stream = [&](int q) {
-    if (!blocks || host[q] == host[me]) return false;
-    const double rate = rt.transport().link_rate(q);
-    return rate > 0 ? static_cast<double>(leaving) / rate >= kStreamSeconds
-                    : crossing > kStreamBytes;
-  };
+  const Plan::Order order = order_for(rt, Mode::scale_out);
+  // Pieces need the blocks of a slice computed in sample order.
+  const bool blocks = order == Plan::Order::destination_block_major;
   const std::int64_t block_bytes = static_cast<std::int64_t>(fbytes(kBagBlock * tpm * D));
   std::vector<std::int64_t> piece_rows(static_cast<std::size_t>(P));   // samples per piece
   std::vector<std::size_t> first(static_cast<std::size_t>(P) + 1, 0);  // q's first piece
   for (int q = 0; q < P; ++q) {
+    const auto piece =
+        blocks ? static_cast<std::int64_t>(rt.transport().piece_bytes(q, leaving, crossing)) : 0;
     piece_rows[q] =
-        stream(q) ? std::max<std::int64_t>(1, kPieceBytes / std::max<std::int64_t>(1, block_bytes)) *
-                  kBagBlock
+        piece > 0
+            ? std::max<std::int64_t>(1, piece / std::max<std::int64_t>(1, block_bytes)) * kBagBlock
             : std::max<std::int64_t>(1, pl.batch[q]);
     first[q + 1] = first[q] + static_cast<std::size_t>(ceil_div(pl.batch[q], piece_rows[q]));
   }
@@ -228,8 +203,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   std::vector<std::atomic<std::int64_t>> done(first[P]), shipped(static_cast<std::size_t>(P));
   for (auto& d : done) d.store(0, std::memory_order_relaxed);
   for (auto& d : shipped) d.store(0, std::memory_order_relaxed);
-  const std::vector<Tile> tiles =
-      pl.fused_tiles(order_for(rt, Mode::scale_out), destinations_for(rt));
+  const std::vector<Tile> tiles = pl.fused_tiles(order, rt.transport().destinations(me));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {

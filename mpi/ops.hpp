@@ -87,8 +87,9 @@ struct Region {
   const void* p = nullptr;
   std::size_t bytes = 0;
   std::vector<std::int64_t> layout;
-  /// Over p2p, peers may put into it even when it is ordinary memory (Runtime::bind_call_buffer):
-  /// for receive buffers that the call writes only where peers' data lands.
+  /// Where the transport lands anywhere (p2p), peers may put into it even when it is ordinary
+  /// memory (Runtime::bind_call_buffer): for receive buffers that the call writes only where
+  /// peers' data lands.
   bool any_memory = false;
 };
 
@@ -170,8 +171,7 @@ std::vector<Args> internal::enter(Runtime& rt, const std::string& op, const Mode
     const Region mine = region ? region() : Region{};
     Runtime::Landing l = mine.bytes > 0 ? rt.find_buffer(mine.p, mine.bytes)
                                         : Runtime::Landing{};
-    if (l.id < 0 && mine.bytes > 0 && mine.any_memory &&
-        rt.transport().kind() == Transport::Kind::p2p) {
+    if (l.id < 0 && mine.bytes > 0 && mine.any_memory && rt.transport().lands_anywhere()) {
       // Before the exchange: no peer puts into it before it is bound.
       rt.bind_call_buffer(const_cast<void*>(mine.p), mine.bytes);
       l = {Runtime::kCallBuffer, 0};

@@ -13,6 +13,10 @@
 // only once the receives that came before it from that source have landed. So data leaves as
 // soon as a workgroup puts it, and no rank relies on a peer calling MPI except to wait for what
 // that peer expects anyway.
+//
+// Its sending policy: across hosts a slice's wire time is comparable to the compute, so fused
+// kernels finish their data destination by destination, other hosts' ranks first, and ship large
+// slices for other hosts in pieces when the link they measured bounds the call (piece_bytes).
 
 #include <mpi.h>
 
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/env.hpp"
 #include "mpi/runtime.hpp"
 
@@ -53,6 +58,22 @@ constexpr std::size_t kPiece = std::size_t{1} << 30;
 constexpr std::size_t kRateMinBytes = std::size_t{64} << 10;
 /// poll()'s bounds: while sends or receives are under way, and otherwise.
 constexpr std::chrono::microseconds kPollInterval{100}, kIdlePollInterval{1000};
+
+/// Large slices for other hosts leave in pieces of about kPieceBytes (fused kernels ship each
+/// as soon as its rows are computed) when the link is what bounds the call: the link starts
+/// after the first piece rather than after the first slice. Pieces stay below the TCP BTL's
+/// eager limit (64 KiB), so one needs no rendezvous with a receiver that is busy computing.
+/// Where the link is not the bottleneck, the pieces' messages cost more CPU than the overlap
+/// gains, so slices go whole: no byte count serves both (docs/results/across-hosts.md: pieces
+/// at 512 KiB-1 MiB per rank gave 0.68-0.70 of unfused at 1 Gbit/s and cost 20-25% at
+/// 10 Gbit/s). So the sender decides alone from the link it measured (link_rate, its receives
+/// from that host): pieces when its bytes for other hosts would take kStreamSeconds or more at
+/// that rate. Before any measurement, pieces when the host sends more than kStreamBytes across
+/// (whole slices, which are rendezvous-sized, then measure the link). Slices within a host
+/// always go whole.
+constexpr std::size_t kPieceBytes = std::size_t{48} << 10;
+constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
+constexpr double kStreamSeconds = 2.5e-3;
 
 struct Freer {
   void operator()(char* p) const noexcept { std::free(p); }
@@ -97,6 +118,21 @@ class P2p final : public Transport {
   void end_call() override;
   std::string unfinished() override;
 
+  std::vector<int> destinations(int rank) const override {
+    return detail::remote_hosts_first(rank, rt_.host_of());
+  }
+  bool destination_by_destination() const override { return true; }
+  bool lands_anywhere() const override { return true; }
+  std::size_t piece_bytes(int peer, std::int64_t leaving, std::int64_t crossing) const override {
+    const std::vector<int>& host = rt_.host_of();
+    if (host[static_cast<std::size_t>(peer)] == host[static_cast<std::size_t>(rt_.rank())])
+      return 0;
+    const double rate = link_rate(peer);
+    const bool stream = rate > 0 ? static_cast<double>(leaving) / rate >= kStreamSeconds
+                                 : crossing > kStreamBytes;
+    return stream ? kPieceBytes : 0;
+  }
+
  private:
   struct Header {
     std::uint32_t kind = 0;    // RecordKind
@@ -111,7 +147,7 @@ class P2p final : public Transport {
     std::thread::id who;
     int peer = 0;
   };
-  struct Arrival {                       // per source, in arrival order
+  struct Arrival {  // per source, in arrival order
     MPI_Request req = MPI_REQUEST_NULL;  // a large put's receive; null: a signal
     int slot = 0;
     std::uint64_t add = 0;    // signal: the add; large put: its bytes
@@ -121,7 +157,7 @@ class P2p final : public Transport {
     std::uint64_t bytes = 0;
     std::int64_t ticks = 0;  // sum of their times from posting to landing
   };
-  struct Outbox {   // control records for one peer not sent yet
+  struct Outbox {  // control records for one peer not sent yet
     std::mutex mu;  // held across MPI_Isend too: messages leave in the order of their records
     std::vector<char> records;
   };
@@ -197,8 +233,8 @@ char* P2p::add_buffer(int id, std::size_t bytes) {
   char* p = static_cast<char*>(
       std::aligned_alloc(4096, (std::max<std::size_t>(bytes, 1) + 4095) & ~std::size_t{4095}));
   if (!p)
-    throw BackendError(detail::make_string("fusedcoll mpi: cannot allocate a symmetric buffer of ",
-                                           bytes, " bytes"));
+    throw BackendError(detail::make_string(
+        "fusedcoll mpi: cannot allocate a symmetric buffer of ", bytes, " bytes"));
   Buffer& b = buffers_[id];
   b.mem.reset(p);
   b.bytes = bytes;
@@ -350,8 +386,8 @@ bool P2p::progress() {
     // The records in the order their source made them (record).
     for (std::size_t at = 0, end = static_cast<std::size_t>(count); at < end;) {
       Header h;
-      FC_CHECK_INTERNAL(end - at >= sizeof h, "short p2p control message: ", count, " bytes from ",
-                        src, ", a record at ", at);
+      FC_CHECK_INTERNAL(end - at >= sizeof h, "short p2p control message: ", count,
+                        " bytes from ", src, ", a record at ", at);
       std::memcpy(&h, inbox_.data() + at, sizeof h);
       at += sizeof h;
       if (h.kind == kInlinePut) {

@@ -2,7 +2,9 @@
 // MPI_Accumulate into MPI_Win_allocate windows, one for the slots and data area and one per
 // symmetric buffer, each locked for the window's lifetime (MPI_Win_lock_all, passive target).
 // Needs shared memory or an RDMA network between every pair of ranks: Debian's Open MPI has no
-// one-sided path over TCP that does not hang without target-side progress.
+// one-sided path over TCP that does not hang without target-side progress. Puts need no help
+// from the target, so within a host a kernel keeps its compute locality and lets its data leave
+// as it is produced.
 
 #include <mpi.h>
 
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <map>
 
+#include "fusedcoll/detail/schedule.hpp"
 #include "mpi/runtime.hpp"
 
 namespace fusedcoll::mpi {
@@ -122,6 +125,14 @@ class Rma final : public Transport {
   void poll() override {}
   void end_call() override {}
   std::string unfinished() override { return {}; }
+
+  std::vector<int> destinations(int rank) const override {
+    return detail::remote_first(rank, rt_.size());
+  }
+  // Puts are cheap within a host: locality wins, and data leaves as it is produced anyway.
+  bool destination_by_destination() const override { return false; }
+  bool lands_anywhere() const override { return false; }
+  std::size_t piece_bytes(int, std::int64_t, std::int64_t) const override { return 0; }
 
  private:
   static constexpr std::size_t kSlotBytes = Runtime::kSlots * sizeof(std::uint64_t);

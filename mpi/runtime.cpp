@@ -191,8 +191,7 @@ void Runtime::begin_call() {
 }
 
 void Runtime::bind_call_buffer(void* p, std::size_t bytes) {
-  FC_CHECK_INTERNAL(transport_->kind() == Transport::Kind::p2p,
-                    "a call buffer needs the p2p transport");
+  FC_CHECK_INTERNAL(transport_->lands_anywhere(), "a call buffer needs the p2p transport");
   call_buffer_ = static_cast<char*>(p);
   call_bytes_ = bytes;
 }
@@ -266,8 +265,7 @@ Runtime::Landing Runtime::find_buffer(const void* p, std::size_t bytes) const {
 
 void Runtime::put_buffer(int id, int peer, std::size_t offset, const void* src, std::size_t bytes) {
   if (id == kCallBuffer) {
-    FC_CHECK_INTERNAL(transport_->kind() == Transport::Kind::p2p,
-                    "a call buffer needs the p2p transport");
+    FC_CHECK_INTERNAL(transport_->lands_anywhere(), "a call buffer needs the p2p transport");
     return transport_->put(id, peer, offset, src, bytes);
   }
   FC_CHECK_INTERNAL(buffers_.count(id) != 0, "no symmetric buffer ", id);

@@ -8,6 +8,8 @@
 //   memory or an RDMA network between every pair of ranks.
 // - p2p (mpi/p2p.cpp): two-sided messages, coalesced per peer; the one that crosses hosts over
 //   TCP.
+// Operators never name a transport: they ask it in which order to send to their destinations,
+// whether to finish one destination's data before the next, and in what pieces to ship it.
 
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +65,7 @@ class Transport {
   // ---- Moving data: Runtime's contracts (mpi/runtime.hpp), after its checks and spans.
 
   /// Starts putting `bytes` at `src` into `peer`'s `buffer` (kDataArea, a symmetric buffer's id,
-  /// or Runtime::kCallBuffer under p2p) at `offset`.
+  /// or Runtime::kCallBuffer where `lands_anywhere`) at `offset`.
   virtual void put(int buffer, int peer, std::size_t offset, const void* src,
                    std::size_t bytes) = 0;
   /// Completes this thread's puts into `peer`'s symmetric buffer `buffer` at the target.
@@ -84,6 +86,25 @@ class Transport {
   /// For a timeout's message: the peer that has not taken what this rank sent, as
   /// " (rank 3 has not received all of it)", or "" when nothing is outstanding.
   virtual std::string unfinished() = 0;
+
+  // ---- Policy: what the fused operators ask instead of naming a transport.
+
+  /// The order in which `rank` sends to its destinations, every rank once and `rank` itself last.
+  /// Any rank's, the same on every rank: receivers wait for their sources in the order those
+  /// send to them.
+  virtual std::vector<int> destinations(int rank) const = 0;
+  /// Whether fused kernels should finish their data for one destination after another, so that
+  /// each destination's part leaves while the rest is computed (where wire time is comparable
+  /// to the compute), rather than keep compute locality and let everything leave at the end.
+  virtual bool destination_by_destination() const = 0;
+  /// Whether peers may put into any memory of this rank during a call (Runtime::bind_call_buffer),
+  /// not only into windows.
+  virtual bool lands_anywhere() const = 0;
+  /// The size of the pieces in which a kernel should ship its data for `peer` as it completes,
+  /// or 0 to ship it whole. `leaving`: the bytes this rank sends to other hosts in the call;
+  /// `crossing`: the bytes its host sends to other hosts in the call.
+  virtual std::size_t piece_bytes(int peer, std::int64_t leaving,
+                                  std::int64_t crossing) const = 0;
 
   /// The rate, in bytes per second, at which this rank has received from `peer`'s host, as its
   /// transport measures it (p2p: Runtime::end_call adds each call's samples; mpi/p2p.cpp says

@@ -107,10 +107,11 @@ TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
 TEST(MpiEmbeddingAllToAll, PiecesFollowTheLinkRate) {
   // Over p2p scale-out ships a slice for another host in pieces when the link the sender
   // measured would take long enough to carry its bytes there, else whole
-  // (mpi/embedding_alltoall.cpp). Both sides forced through Transport::assume_link_rate, on a
-  // small problem and on LargeSlicesLeaveInPieces's: at 1 MB/s every slice for another host
-  // goes in pieces, the short last one included, at 1 TB/s every slice goes whole. Where all
-  // ranks share a host (the runs without FUSEDCOLL_MPI_HOSTS) nothing is cut either way.
+  // (mpi/embedding_alltoall.cpp, Transport::piece_bytes in mpi/p2p.cpp). Both sides forced
+  // through Transport::assume_link_rate, on a small problem and on LargeSlicesLeaveInPieces's:
+  // at 1 MB/s every slice for another host goes in pieces, the short last one included, at
+  // 1 TB/s every slice goes whole. Where all ranks share a host (the runs without
+  // FUSEDCOLL_MPI_HOSTS) nothing is cut either way.
   EmbeddingProblem large = EmbeddingProblem::dlrm(world_size());
   const std::int64_t batches[] = {600, 530, 100, 777};
   for (int q = 0; q < world_size(); ++q)
