@@ -3,6 +3,7 @@
 #include "perf_common.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,9 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --symmetric                mpi, allreduce / alltoall / embedding / gemm: receive buffers
                                   and outputs in mpi::SymmetricBuffers (peers put into them)
        --csv | --json             machine-readable output
+       --csv-file FILE            also append every row to FILE as CSV, the run's settings in
+                                  leading columns (a header line when FILE is new or empty)
+       --label TEXT               the first column of --csv-file's rows (e.g. the link)
 )";
 
 std::int64_t parse_bytes(const std::string& s) {
@@ -153,6 +157,7 @@ Options parse(int argc, char** argv) {
       else usage_error("--compress '" + o.compress + "' is not none, fp16, bf16, fp8-e4m3, fp8-e5m2");
     } else if (a == "--scaling") {
       const std::string v = value();
+      o.scaling = v;
       if (v == "auto") o.wire.scaling = fc::Scaling::automatic;
       else if (v == "none") o.wire.scaling = fc::Scaling::none;
       else if (v == "tensor") o.wire.scaling = fc::Scaling::per_tensor;
@@ -181,6 +186,14 @@ Options parse(int argc, char** argv) {
     } else if (a == "--symmetric") o.symmetric = true;
     else if (a == "--csv") o.format = Options::Format::csv;
     else if (a == "--json") o.format = Options::Format::json;
+    else if (a == "--csv-file") {
+      o.csv_file = value();
+      if (o.csv_file.empty()) usage_error("--csv-file needs a file name");
+    } else if (a == "--label") {
+      o.label = value();
+      if (o.label.find_first_of(",\"\n\r") != std::string::npos)
+        usage_error("--label '" + o.label + "' holds a comma, quote or line break (a CSV field)");
+    }
     else usage_error("unknown flag '" + a + "'");
   }
   if (o.min_bytes < 0) o.min_bytes = is_fused(o.op) ? 64 << 10 : 1 << 10;
@@ -226,6 +239,7 @@ Options parse(int argc, char** argv) {
                                               o.op == "embedding" || o.op == "gemm")))
     usage_error("--symmetric: only --backend mpi's allreduce, alltoall, embedding and gemm "
                 "receive into symmetric buffers (the emulator's memory is all shared)");
+  if (!o.label.empty() && o.csv_file.empty()) usage_error("--label names the rows of --csv-file");
   if (o.wire.format != fc::WireFormat::none && (o.op == "broadcast" || is_fused(o.op)))
     usage_error("--compress: " + o.op + " has no compressed wire (AllReduce, ReduceScatter, "
                 "AllGather and All-to-All have)");
@@ -298,8 +312,51 @@ void Errors::add(const float* got, const float* expect, const float* exact, std:
 Printer::Printer(const Options& o, int ranks, std::string setup, std::string baseline)
     : o_(o), ranks_(ranks), setup_(std::move(setup)), baseline_(std::move(baseline)) {}
 
+Printer::~Printer() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+namespace {
+
+// The settings that tell one run's rows from another's in a shared --csv-file.
+const char* const kFileSettings =
+    "label,op,backend,clock,preset,ranks,compute_units,compress,scaling,algo,link_gbps,link_us,"
+    "symmetric,";
+const char* const kFusedColumns =
+    "size,shape,unfused_us,scale_up_us,scale_out_us,up_ratio,out_ratio,wire_bytes,wrong";
+// nccl-tests' columns (size, count, type, redop, root, time, algbw, busbw, #wrong) with units.
+const char* const kCollectiveColumns =
+    "size,count,type,redop,root,time_us,algbw_gbs,busbw_gbs,wire_bytes,wrong,max_abs_err,"
+    "max_rel_err,rms_err";
+const char* const kBaselineColumns = "base_us,base_algbw_gbs,base_busbw_gbs,ratio,base_wrong";
+
+}  // namespace
+
+std::string Printer::file_header(const std::string& op) {
+  return is_fused(op) ? fc::detail::make_string(kFileSettings, kFusedColumns)
+                      : fc::detail::make_string(kFileSettings, kCollectiveColumns, ",",
+                                                kBaselineColumns);
+}
+
 void Printer::header() {
   const bool fused = is_fused(o_.op);
+  if (!o_.csv_file.empty()) {
+    const std::string want = file_header(o_.op);
+    std::string first;
+    {
+      std::ifstream in(o_.csv_file);
+      std::getline(in, first);
+    }
+    if (!first.empty() && first != want)
+      throw fc::InvalidArgument(fc::detail::make_string(
+          "fusedcoll-perf: --csv-file ", o_.csv_file, " holds other columns (", first,
+          "); this run writes ", want, ": use another file"));
+    file_ = std::fopen(o_.csv_file.c_str(), "a");
+    if (file_ == nullptr)
+      throw fc::InvalidArgument(fc::detail::make_string("fusedcoll-perf: cannot append to --csv-file ",
+                                                        o_.csv_file, ": ", std::strerror(errno)));
+    if (first.empty()) std::fprintf(file_, "%s\n", want.c_str());
+  }
   if (o_.format == Options::Format::json) {
     std::printf("{\"op\":\"%s\",\"ranks\":%d,\"compute_units\":%d,\"backend\":\"%s\","
                 "\"compress\":\"%s\",\"link_gbps\":%g,\"link_us\":%g,\"baseline\":\"%s\",\"rows\":[",
@@ -379,6 +436,30 @@ void Printer::row(const Row& r) {
   const int root = o_.op == "broadcast" ? o_.root : -1;
   const std::string wire = wire_text(r.wire, o_.format);
   const auto ll = [](std::int64_t v) { return static_cast<long long>(v); };
+  if (file_ != nullptr) {
+    const std::string file_wire = wire_text(r.wire, Options::Format::csv);
+    std::fprintf(file_, "%s,%s,%s,%s,%s,%d,%d,%s,%s,%s,%g,%g,%d,", o_.label.c_str(), o_.op.c_str(),
+                 o_.backend.c_str(), o_.clock.c_str(),
+                 o_.clock == "virtual" && o_.preset.empty() ? "default" : o_.preset.c_str(), ranks_,
+                 o_.compute_units, o_.compress.c_str(), o_.scaling.c_str(), fc::to_string(o_.algo),
+                 o_.link_gbps, o_.link_us, o_.symmetric ? 1 : 0);
+    if (fused)
+      std::fprintf(file_, "%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f,%s,%lld\n", ll(r.bytes),
+                   r.shape.c_str(), r.seconds * 1e6, r.up_seconds * 1e6, r.out_seconds * 1e6,
+                   r.up_seconds / r.seconds, r.out_seconds / r.seconds, file_wire.c_str(),
+                   ll(r.err.wrong));
+    else if (has_baseline())
+      std::fprintf(file_, "%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%s,%lld,%.6g,%.6g,%.6g,%.3f,%.4f,"
+                   "%.4f,%.4f,%lld\n",
+                   ll(r.bytes), ll(r.count), redop, root, r.seconds * 1e6, algbw, busbw,
+                   file_wire.c_str(), ll(r.err.wrong), r.err.max_abs, r.err.max_rel, r.err.rms(),
+                   r.base_seconds * 1e6, base_algbw, base_busbw, ratio, ll(r.base_wrong));
+    else
+      std::fprintf(file_, "%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%s,%lld,%.6g,%.6g,%.6g,,,,,\n",
+                   ll(r.bytes), ll(r.count), redop, root, r.seconds * 1e6, algbw, busbw,
+                   file_wire.c_str(), ll(r.err.wrong), r.err.max_abs, r.err.max_rel, r.err.rms());
+    std::fflush(file_);
+  }
   if (o_.format == Options::Format::json) {
     if (fused)
       std::printf("%s\n{\"size\":%lld,\"shape\":\"%s\",\"unfused_us\":%.3f,\"scale_up_us\":%.3f,"
@@ -435,6 +516,13 @@ void Printer::row(const Row& r) {
 
 void Printer::footer() {
   if (o_.format == Options::Format::json) std::puts("\n]}");
+  if (file_ != nullptr) {
+    const bool failed = std::ferror(file_) != 0;
+    std::fclose(file_);
+    file_ = nullptr;
+    if (failed)
+      throw fc::InvalidArgument("fusedcoll-perf: writing --csv-file " + o_.csv_file + " failed");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

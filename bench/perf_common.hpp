@@ -4,6 +4,7 @@
 // checks and the printer. perf.cpp runs the cases on the emulator, perf_mpi.cpp under mpiexec.
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +40,11 @@ struct Options {
   // on the node), for the memory check of make_collective / make_fused_case.
   int processes_per_host = 1;
   enum class Format { table, csv, json } format = Format::table;
+  // --csv-file: rows appended to this file as CSV with the run's settings in leading columns,
+  // beside the output on stdout (scripts/results collects its figures this way). --label: a
+  // free text of the caller's (e.g. the link a cluster was shaped to) in the file's first column.
+  std::string csv_file, label;
+  std::string scaling = "auto";  // --scaling as given, for the file's columns
 };
 
 /// Throws `fc::InvalidArgument` with `what` and the usage text.
@@ -89,9 +95,17 @@ class Printer {
   /// `ranks` the world size; `setup` what runs the ranks (header line); `baseline` the name of
   /// the collective compared against ("" for none).
   Printer(const Options& o, int ranks, std::string setup, std::string baseline);
+  ~Printer();
+  Printer(const Printer&) = delete;
+  Printer& operator=(const Printer&) = delete;
+  /// Opens the --csv-file (only the rank that prints calls header); throws `fc::InvalidArgument`
+  /// when it cannot be written or already holds other columns.
   void header();
   void row(const Row& r);
   void footer();
+
+  /// The first line --csv-file holds for `op` (fused or collective columns).
+  static std::string file_header(const std::string& op);
 
  private:
   bool lossy() const { return o_.wire.format != fc::WireFormat::none; }
@@ -101,6 +115,7 @@ class Printer {
   int ranks_;
   std::string setup_, baseline_;
   bool first_ = true;
+  std::FILE* file_ = nullptr;  // --csv-file, open between header() and footer()
 };
 
 // ---------------------------------------------------------------------------------------------
