@@ -3,9 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -49,6 +52,9 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --report                run the grid (serial, 2 and 4 workers) and write a Markdown table and a
                           plot of accuracy per epoch into --report-dir
   --report-dir DIR        [docs/results/mnist]
+  --csv-file FILE         append the run's figures to FILE as one CSV row (a header line when
+                          FILE is new or empty; rank 0 writes it); not with --report
+  --label TEXT            the row's first column (e.g. the link a cluster was shaped to)
   --help
 )";
 
@@ -82,6 +88,53 @@ int parse_positive_int(const std::string& flag, const std::string& v) {
   return static_cast<int>(x);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+constexpr const char* kCsvHeader =
+    "label,backend,workers,compress,error_feedback,algo,hidden,batch_size,epochs,lr,seed,"
+    "parameters,bytes_per_step,train_s,epoch_s_median,compute_s_median,exchange_s_median,"
+    "samples_per_s_median,final_accuracy,best_accuracy";
+
+/// Appends one row of `r` to the --csv-file `path` (the header first when the file is new or
+/// empty; a file with other columns is an error, as fusedcoll-perf's --csv-file).
+void append_csv(const std::string& path, const std::string& label, const std::string& backend,
+                int workers, const mn::TrainOptions& o, const mn::TrainResult& r) {
+  std::string first;
+  {
+    std::ifstream in(path);
+    std::getline(in, first);
+  }
+  FC_ENFORCE(first.empty() || first == kCsvHeader, "--csv-file ", path,
+             " holds other columns (", first, "); use another file");
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  FC_ENFORCE(f != nullptr, "cannot append to --csv-file ", path);
+  std::vector<double> epoch, compute, exchange, rate;
+  double best = 0;
+  for (const auto& e : r.epochs) {
+    epoch.push_back(e.train_seconds);
+    compute.push_back(e.compute_seconds);
+    exchange.push_back(e.exchange_seconds);
+    rate.push_back(e.samples_per_second);
+    best = std::max(best, e.test_accuracy);
+  }
+  if (first.empty()) std::fprintf(f, "%s\n", kCsvHeader);
+  std::fprintf(f, "%s,%s,%d,%s,%d,%s,%d,%d,%zu,%g,%llu,%lld,%lld,%.3f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f\n",
+               label.c_str(), backend.c_str(), workers,
+               mn::to_string(o.exchange.compression), o.exchange.error_feedback ? 1 : 0,
+               fc::to_string(o.exchange.algo), o.hidden, o.batch_size, r.epochs.size(), o.lr,
+               static_cast<unsigned long long>(o.seed), static_cast<long long>(r.parameters),
+               static_cast<long long>(r.bytes_per_step), r.train_seconds, median(epoch),
+               median(compute), median(exchange), median(rate),
+               r.epochs.empty() ? 0.0 : r.epochs.back().test_accuracy, best);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  FC_ENFORCE(!failed, "writing --csv-file ", path, " failed");
+}
+
 std::string quote_command(int argc, char** argv) {
   std::string s = "fusedcoll-mnist";
   for (int i = 1; i < argc; ++i) s += fc::detail::make_string(" ", argv[i]);
@@ -96,6 +149,7 @@ int run(int argc, char** argv) {
   std::string report_dir = "docs/results/mnist";
   bool report = false;
   std::string backend = "emu";
+  std::string csv_file, label;
   const std::vector<std::string> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
@@ -149,11 +203,21 @@ int run(int argc, char** argv) {
       report = true;
     } else if (flag == "--report-dir") {
       report_dir = value();
+    } else if (flag == "--csv-file") {
+      csv_file = value();
+      FC_ENFORCE(!csv_file.empty(), "--csv-file needs a file name");
+    } else if (flag == "--label") {
+      label = value();
+      FC_ENFORCE(label.find_first_of(",\"\n\r") == std::string::npos, "--label '", label,
+                 "' holds a comma, quote or line break (a CSV field)");
     } else {
       throw fc::InvalidArgument(
           fc::detail::make_string("unknown option '", flag, "' (see --help)"));
     }
   }
+  FC_ENFORCE(csv_file.empty() || !report,
+             "--csv-file records one run; --report writes its grid into --report-dir");
+  FC_ENFORCE(label.empty() || !csv_file.empty(), "--label names the row of --csv-file");
   // Fail on an unavailable codec before loading data or training for minutes.
   mn::check_exchange(options.exchange);
 
@@ -179,6 +243,8 @@ int run(int argc, char** argv) {
                   << "%  training time " << r.train_seconds << " s  wall time " << wall
                   << " s (with evaluation)  gradient bytes sent per step (rank 0) "
                   << r.bytes_per_step << "\n";
+      if (comm.rank() == 0 && !csv_file.empty())
+        append_csv(csv_file, label, backend, comm.size(), options, r);
     });
 #else
     throw fc::UnsupportedError("--backend mpi: this build has no MPI backend (FUSEDCOLL_ENABLE_MPI)");
@@ -202,6 +268,7 @@ int run(int argc, char** argv) {
             << " s  wall time " << wall
             << " s (with evaluation)  gradient bytes sent per step (rank 0) " << r.bytes_per_step
             << "\n";
+  if (!csv_file.empty()) append_csv(csv_file, label, backend, options.workers, options, r);
   return 0;
 }
 
