@@ -193,8 +193,8 @@ Options parse(int argc, char** argv) {
       o.label = value();
       if (o.label.find_first_of(",\"\n\r") != std::string::npos)
         usage_error("--label '" + o.label + "' holds a comma, quote or line break (a CSV field)");
-    }
-    else usage_error("unknown flag '" + a + "'");
+    } else
+      usage_error("unknown flag '" + a + "'");
   }
   if (o.min_bytes < 0) o.min_bytes = is_fused(o.op) ? 64 << 10 : 1 << 10;
   // GemvAllReduce keeps the transformer's K = 11008 and grows N with the size: its weights are
@@ -333,9 +333,9 @@ const char* const kBaselineColumns = "base_us,base_algbw_gbs,base_busbw_gbs,rati
 }  // namespace
 
 std::string Printer::file_header(const std::string& op) {
-  return is_fused(op) ? fc::detail::make_string(kFileSettings, kFusedColumns)
-                      : fc::detail::make_string(kFileSettings, kCollectiveColumns, ",",
-                                                kBaselineColumns);
+  return is_fused(op)
+             ? fc::detail::make_string(kFileSettings, kFusedColumns)
+             : fc::detail::make_string(kFileSettings, kCollectiveColumns, ",", kBaselineColumns);
 }
 
 void Printer::header() {
@@ -353,8 +353,8 @@ void Printer::header() {
           "); this run writes ", want, ": use another file"));
     file_ = std::fopen(o_.csv_file.c_str(), "a");
     if (file_ == nullptr)
-      throw fc::InvalidArgument(fc::detail::make_string("fusedcoll-perf: cannot append to --csv-file ",
-                                                        o_.csv_file, ": ", std::strerror(errno)));
+      throw fc::InvalidArgument(fc::detail::make_string(
+          "fusedcoll-perf: cannot append to --csv-file ", o_.csv_file, ": ", std::strerror(errno)));
     if (first.empty()) std::fprintf(file_, "%s\n", want.c_str());
   }
   if (o_.format == Options::Format::json) {
@@ -449,7 +449,8 @@ void Printer::row(const Row& r) {
                    r.up_seconds / r.seconds, r.out_seconds / r.seconds, file_wire.c_str(),
                    ll(r.err.wrong));
     else if (has_baseline())
-      std::fprintf(file_, "%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%s,%lld,%.6g,%.6g,%.6g,%.3f,%.4f,"
+      std::fprintf(file_,
+                   "%lld,%lld,float,%s,%d,%.3f,%.4f,%.4f,%s,%lld,%.6g,%.6g,%.6g,%.3f,%.4f,"
                    "%.4f,%.4f,%lld\n",
                    ll(r.bytes), ll(r.count), redop, root, r.seconds * 1e6, algbw, busbw,
                    file_wire.c_str(), ll(r.err.wrong), r.err.max_abs, r.err.max_rel, r.err.rms(),

@@ -224,9 +224,10 @@ TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
   EXPECT_EQ(mi.device.gemm_cold_gbps, 0);
 }
 
-// The preset files docs/results/virtual-time.md's validation tables were made with load as they are, and the
-// H100 single-GPU cut is what fusedcoll-gpu-bench runs: a quarter of h100's GPU per rank, its
-// memory split four ways rather than shared (so the node term stays off), its peers on one port.
+// The preset files of docs/results/ (the validation tables of docs/results/virtual-time.md were
+// made with them) load as they are, and the H100 single-GPU cut is what fusedcoll-gpu-bench runs:
+// a quarter of h100's GPU per rank, its memory split four ways rather than shared (so the node
+// term stays off), its peers on one port.
 TEST(Model, ResultsPresetFilesLoad) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(FUSEDCOLL_SOURCE_DIR) / "docs" / "results";

@@ -108,8 +108,8 @@ void append_csv(const std::string& path, const std::string& label, const std::st
     std::ifstream in(path);
     std::getline(in, first);
   }
-  FC_ENFORCE(first.empty() || first == kCsvHeader, "--csv-file ", path,
-             " holds other columns (", first, "); use another file");
+  FC_ENFORCE(first.empty() || first == kCsvHeader, "--csv-file ", path, " holds other columns (",
+             first, "); use another file");
   std::FILE* f = std::fopen(path.c_str(), "a");
   FC_ENFORCE(f != nullptr, "cannot append to --csv-file ", path);
   std::vector<double> epoch, compute, exchange, rate;
@@ -122,13 +122,13 @@ void append_csv(const std::string& path, const std::string& label, const std::st
     best = std::max(best, e.test_accuracy);
   }
   if (first.empty()) std::fprintf(f, "%s\n", kCsvHeader);
-  std::fprintf(f, "%s,%s,%d,%s,%d,%s,%d,%d,%zu,%g,%llu,%lld,%lld,%.3f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f\n",
-               label.c_str(), backend.c_str(), workers,
-               mn::to_string(o.exchange.compression), o.exchange.error_feedback ? 1 : 0,
-               fc::to_string(o.exchange.algo), o.hidden, o.batch_size, r.epochs.size(), o.lr,
-               static_cast<unsigned long long>(o.seed), static_cast<long long>(r.parameters),
-               static_cast<long long>(r.bytes_per_step), r.train_seconds, median(epoch),
-               median(compute), median(exchange), median(rate),
+  std::fprintf(f,
+               "%s,%s,%d,%s,%d,%s,%d,%d,%zu,%g,%llu,%lld,%lld,%.3f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f\n",
+               label.c_str(), backend.c_str(), workers, mn::to_string(o.exchange.compression),
+               o.exchange.error_feedback ? 1 : 0, fc::to_string(o.exchange.algo), o.hidden,
+               o.batch_size, r.epochs.size(), o.lr, static_cast<unsigned long long>(o.seed),
+               static_cast<long long>(r.parameters), static_cast<long long>(r.bytes_per_step),
+               r.train_seconds, median(epoch), median(compute), median(exchange), median(rate),
                r.epochs.empty() ? 0.0 : r.epochs.back().test_accuracy, best);
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
