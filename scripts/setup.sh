@@ -7,6 +7,8 @@
 #           installed) and NumPy, for the PyTorch component (docs/pytorch.md; scripts/test.sh).
 #           Optional: when they are missing and this is not root, setup says so and succeeds,
 #           and the build skips the component with a message.
+# Always optional: python3-matplotlib, for the plots of docs/results.md (scripts/results,
+# scripts/plot-results.py); without it they say so and the CSVs are still written.
 set -euo pipefail
 
 packages=(
@@ -17,7 +19,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsimgrid-dev
 )
-optional=()
+optional=(python3-matplotlib)
 for arg in "$@"; do
   case "$arg" in
     --hip) packages+=(hipcc) ;;
@@ -44,7 +46,7 @@ fi
 
 if [ "$(id -u)" -ne 0 ]; then
   if [ ${#missing_optional[@]} -gt 0 ]; then
-    echo "setup: optional packages missing (the PyTorch component will be skipped): ${missing_optional[*]}" >&2
+    echo "setup: optional packages missing (the PyTorch component is skipped without python3-torch, the results plots without python3-matplotlib): ${missing_optional[*]}" >&2
     echo "setup: to build it, as root:  apt-get update && apt-get install -y --no-install-recommends ${missing_optional[*]}" >&2
   fi
   if [ ${#missing[@]} -eq 0 ]; then
