@@ -18,6 +18,7 @@ packages=(
   zlib1g-dev
   libopenmpi-dev openmpi-bin
   libsimgrid-dev
+  python3
 )
 optional=(python3-matplotlib)
 for arg in "$@"; do
