@@ -1,7 +1,8 @@
-// The DLRM iteration and the operators as simulator programs, costed by the model
-// (docs/simulation.md, "Scale-out"). Kernels are priced tile by tile as the plans cut them: a
-// persistent kernel's tile i runs on compute unit i mod CUs, one at a time (the emulator's
-// round-robin tile assignment over a grid that is a multiple of the CUs).
+// The DLRM iteration as a simulator program, costed by the model (docs/simulation.md,
+// "Scale-out"). The embedding forward and its All-to-All are EmbeddingAllToAll's kernels priced
+// by sim/ops.cpp (embedding_steps: the plan's tiles, grids and unpacks, as the emulator runs
+// them), the MLPs' GEMMs GemmAllToAll's expert kernel on a one-expert plan, and the other
+// kernels sim/ops.cpp's Kernel: one pricing of each operator for the operators and the iteration.
 #include "sim/dlrm.hpp"
 
 #include <algorithm>
@@ -10,9 +11,8 @@
 
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
-#include "fusedcoll/detail/gemv_plan.hpp"
-#include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
+#include "sim/ops.hpp"
 
 namespace fusedcoll::sim {
 
@@ -54,54 +54,41 @@ std::vector<std::int64_t> batches(std::int64_t B, int P) {
   return b;
 }
 
-/// Per-CU accumulation of tiles in order: tile i on CU i mod C. Returns each tile's end.
-struct CuClock {
-  std::vector<double> t;
-  std::size_t next = 0;
-  explicit CuClock(int cus) : t(static_cast<std::size_t>(cus), 0.0) {}
-  double run(double cost) {
-    double& c = t[next];
-    next = (next + 1) % t.size();
-    c += cost;
-    return c;
-  }
-  double makespan() const { return *std::max_element(t.begin(), t.end()); }
-};
-
 double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
-int cus(const Cluster& c) { return c.preset.device.compute_units; }
 
-/// A spread-over-the-device kernel: the total work in equal shares on every CU.
+/// Work spread evenly over every CU: the optimizer's elementwise step, the closed form's
+/// reductions.
 double spread(const Cluster& c, const model::Work& w) {
-  const double n = cus(c);
+  const double n = c.preset.device.compute_units;
   return model::seconds(c.preset, {w.kernel, w.flops / n, w.bytes / n});
 }
 
-double emb_tile(const Cluster& c, const Dlrm& m, const Shard& s, std::int64_t bags) {
-  const auto rows = std::max<std::int64_t>(
+/// Rows a shard gathers for `bags` samples.
+std::int64_t gathered(const Dlrm& m, const Shard& s, std::int64_t bags) {
+  return std::max<std::int64_t>(
       1, std::llround(static_cast<double>(bags * m.pooling[static_cast<std::size_t>(s.table)]) *
                       s.row_fraction));
-  return model::seconds(c.preset, model::embedding(rows, bags, s.c1 - s.c0));
+}
+
+double emb_tile(const Cluster& c, const Dlrm& m, const Shard& s, std::int64_t bags) {
+  return model::seconds(c.preset, model::embedding(gathered(m, s, bags), bags, s.c1 - s.c0));
 }
 
 /// Backward: the pooled gradient read per bag, every gathered row updated (read, add, write).
 double emb_bwd_tile(const Cluster& c, const Dlrm& m, const Shard& s, std::int64_t bags) {
-  const auto rows = std::max<std::int64_t>(
-      1, std::llround(static_cast<double>(bags * m.pooling[static_cast<std::size_t>(s.table)]) *
-                      s.row_fraction));
-  return emb_tile(c, m, s, bags) + model::seconds(c.preset, model::reduce(rows * (s.c1 - s.c0)));
+  return emb_tile(c, m, s, bags) +
+         model::seconds(c.preset, model::reduce(gathered(m, s, bags) * (s.c1 - s.c0)));
 }
 
-/// A GEMM [rows x k] x [k x n] cut into the GemmAllToAll plan's 16 x 64 tiles.
+/// A GEMM [rows x k] x [k x n]: GemmAllToAll's expert kernel on a one-rank, one-expert plan (its
+/// 16 x 64 tiles, claimed).
 double gemm_kernel(const Cluster& c, std::int64_t rows, std::int64_t k, std::int64_t n) {
-  using detail::gemm::kColBlock;
-  using detail::gemm::kRowBlock;
-  CuClock cu(cus(c));
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
-    for (std::int64_t n0 = 0; n0 < n; n0 += kColBlock)
-      cu.run(model::seconds(c.preset, model::gemm(std::min(kRowBlock, rows - r0),
-                                                  std::min(kColBlock, n - n0), k)));
-  return launch(c) + cu.makespan();
+  GemmAllToAllArgs a;
+  a.k = k;
+  a.n = n;
+  a.host = {0};
+  a.counts = {rows};
+  return expert_kernel_seconds(detail::gemm::Plan(a, 0, 1), c);
 }
 
 struct Mlp {
@@ -131,15 +118,9 @@ std::vector<Shard> column_range(const Dlrm& m, std::int64_t g0, std::int64_t g1)
   return out;
 }
 
-/// The forward embedding kernel's tiles in the plan's order and their slices' ends.
-struct EmbKernel {
-  double seconds = 0;               // launch + makespan
-  std::vector<double> slice_end;    // [P]: when the slice for q is complete (fused)
-};
-
 /// The plan of detail/embedding_plan.hpp over the shards: each shard is one of the plan's tables
-/// (owner = the shard's rank), so tiles, their order and the slices are the kernels' own. A
-/// shard's width and pooling price its tiles.
+/// (owner = the shard's rank, global ids rank by rank), so tiles, their order, the grids and the
+/// slices are the kernels' own; a shard's width and pooling price its tiles.
 detail::embedding::Plan emb_plan(const std::vector<std::vector<Shard>>& shards, int rank,
                                  const std::vector<std::int64_t>& batch, std::int64_t dim) {
   EmbeddingAllToAllArgs a;
@@ -150,23 +131,12 @@ detail::embedding::Plan emb_plan(const std::vector<std::vector<Shard>>& shards, 
   return {a, rank, static_cast<int>(shards.size())};
 }
 
-EmbKernel emb_kernel(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
-                     int rank, const std::vector<std::int64_t>& batch, bool fused, bool backward) {
-  const int P = static_cast<int>(batch.size());
-  const auto& mine = shards[static_cast<std::size_t>(rank)];
-  const detail::embedding::Plan pl = emb_plan(shards, rank, batch, m.dim);
-  EmbKernel k;
-  k.slice_end.assign(static_cast<std::size_t>(P), 0.0);
-  CuClock cu(cus(c));
-  for (const detail::embedding::Tile& t : fused ? pl.fused_tiles() : pl.unfused_tiles()) {
-    const Shard& s = mine[static_cast<std::size_t>(t.k)];
-    const double cost = backward ? emb_bwd_tile(c, m, s, t.i1 - t.i0) : emb_tile(c, m, s, t.i1 - t.i0);
-    const double end = launch(c) + cu.run(cost);
-    if (fused)
-      k.slice_end[static_cast<std::size_t>(t.q)] = std::max(k.slice_end[static_cast<std::size_t>(t.q)], end);
-  }
-  k.seconds = launch(c) + cu.makespan();
-  return k;
+/// The shards' widths in the plan's table numbering.
+std::vector<std::int64_t> widths(const std::vector<std::vector<Shard>>& shards) {
+  std::vector<std::int64_t> w;
+  for (const auto& mine : shards)
+    for (const Shard& s : mine) w.push_back(s.c1 - s.c0);
+  return w;
 }
 
 std::int64_t cols_of(const std::vector<Shard>& s) {
@@ -249,9 +219,16 @@ struct Costs {
   std::vector<std::int64_t> batch;
   std::int64_t b = 0;
   Mlp bottom, top;
-  double interaction_fwd = 0, interaction_bwd = 0, optimizer = 0, unpack = 0;
-  EmbKernel fwd, bwd;
-  double bwd_pack = 0;
+  double interaction_fwd = 0, interaction_bwd = 0, optimizer = 0;
+  /// The forward embedding and its All-to-All: EmbeddingAllToAll's steps (unfused: the pooling
+  /// kernel and the All-to-All kernel; fused: scale_out's one kernel).
+  Program fwd;
+  /// Row-wise sharding: the received partial sums added up, a kernel after the unpack (else 0).
+  double fwd_sum = 0;
+  /// The backward: the pooled rows' gradients packed per owner (the mirror of the unpack), the
+  /// All-to-All kernel's launch, the embedding backward over the received gradients.
+  double bwd_pack = 0, bwd_launch = 0, bwd = 0;
+  std::vector<std::int64_t> bwd_bytes;  ///< [P] to each owner
 };
 
 Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards, int rank,
@@ -269,21 +246,41 @@ Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard
   const std::int64_t top_in = m.bottom.back() + F * (F - 1) / 2;
   k.top = mlp(c, k.b, top_in, m.top);
   {
-    CuClock cu(cus(c));
-    for (std::int64_t i = 0; i < k.b; ++i) cu.run(model::seconds(c.preset, model::gemm(F, F, m.dim)));
-    k.interaction_fwd = launch(c) + cu.makespan();
+    Kernel dots(c, static_cast<std::size_t>(k.b));
+    for (std::int64_t i = 0; i < k.b; ++i)
+      dots.claim(model::seconds(c.preset, model::gemm(F, F, m.dim)));
+    k.interaction_fwd = dots.seconds();
     k.interaction_bwd = 2 * k.interaction_fwd;
   }
   k.optimizer = launch(c) + spread(c, model::reduce(k.bottom.params + k.top.params));
-  k.fwd = emb_kernel(m, c, shards, rank, k.batch, fused, false);
-  k.bwd = emb_kernel(m, c, shards, rank, k.batch, fused && m.fuse_backward, true);
-  // Received pooled rows [B_r, T, D] unpacked into place; row-wise partials summed as well.
-  std::int64_t recv_floats = 0;
-  for (const auto& s : shards) recv_floats += cols_of(s) * k.b;
-  k.unpack = spread(c, model::copy(recv_floats * 4));
-  if (effective(m, P) == Sharding::row) k.unpack += spread(c, model::reduce(recv_floats));
-  if (!fused) k.unpack += launch(c);
-  k.bwd_pack = launch(c) + spread(c, model::copy(recv_floats * 4));
+  const auto& mine = shards[static_cast<std::size_t>(rank)];
+  const detail::embedding::Plan pl = emb_plan(shards, rank, k.batch, m.dim);
+  EmbeddingCost fwd;
+  fwd.width = widths(shards);
+  fwd.pool = [&](int s, std::int64_t b0, std::int64_t b1) {
+    return emb_tile(c, m, mine[static_cast<std::size_t>(s)], b1 - b0);
+  };
+  k.fwd = embedding_steps(pl, fwd, c, fused ? Mode::scale_out : Mode::unfused, "emb_fwd",
+                          fused ? "emb_a2a_fwd" : "a2a_fwd");
+  // The received rows, [B_r, T, D] in all: what the unpack copies and the backward packs.
+  std::int64_t recv = 0;
+  for (const auto& s : shards) recv += cols_of(s);
+  if (effective(m, P) == Sharding::row) {
+    Kernel sum(c, pl.a2a_items());
+    for (int w = 0; w < sum.grid(); ++w)
+      sum.add(w, model::seconds(c.preset, model::reduce(pl.unpack_rows(w, sum.grid()) * recv)));
+    k.fwd_sum = sum.seconds();
+  }
+  k.bwd_pack = launch(c) + copy_kernel(c, pl.a2a_items(), [&](std::int64_t w, std::int64_t g) {
+                 return pl.unpack_rows(w, g) * recv * 4;
+               });
+  k.bwd_launch = launch(c);
+  for (int o = 0; o < P; ++o)
+    k.bwd_bytes.push_back(cols_of(shards[static_cast<std::size_t>(o)]) * k.b * 4);
+  Kernel bwd(c, pl.unfused_tiles().size());
+  for (const detail::embedding::Tile& t : pl.unfused_tiles())
+    bwd.claim(emb_bwd_tile(c, m, mine[static_cast<std::size_t>(t.k)], t.i1 - t.i0));
+  k.bwd = bwd.seconds();
   return k;
 }
 
@@ -293,24 +290,8 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
                      int rank, bool fused) {
   const int P = c.ranks();
   const Costs k = costs(m, c, shards, rank, fused);
-  const auto& mine = shards[static_cast<std::size_t>(rank)];
-  Program p;
-  // Forward: embedding lookups and the All-to-All of the pooled rows.
-  Step x;
-  x.kind = Step::exchange;
-  x.after = k.unpack;
-  for (int q = 0; q < P; ++q) {
-    const std::int64_t bytes = cols_of(mine) * k.batch[static_cast<std::size_t>(q)] * 4;
-    x.sends.push_back({fused ? k.fwd.slice_end[static_cast<std::size_t>(q)] : 0.0, q, bytes});
-  }
-  if (fused) {
-    x.phase = "emb_a2a_fwd";
-    x.seconds = k.fwd.seconds;
-  } else {
-    p.push_back(compute_step("emb_fwd", k.fwd.seconds));
-    x.phase = "a2a_fwd";
-  }
-  p.push_back(std::move(x));
+  Program p = k.fwd;
+  if (k.fwd_sum > 0) p.push_back(compute_step(p.back().phase, k.fwd_sum));
   p.push_back(compute_step("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
   p.push_back(compute_step("mlp_bwd", k.top.bwd));
   Step ar;
@@ -322,21 +303,21 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
   ar.bytes = k.bottom.params * 4;
   p.push_back(ar);
   // Backward: the gradients of the pooled rows go back to the shards' owners.
+  p.push_back(compute_step("a2a_emb_bwd", k.bwd_pack));
   Step y = exchange_step("a2a_emb_bwd");
   for (int o = 0; o < P; ++o)
-    y.sends.push_back({0.0, o, cols_of(shards[static_cast<std::size_t>(o)]) * k.b * 4});
+    y.sends.push_back({k.bwd_launch, o, k.bwd_bytes[static_cast<std::size_t>(o)]});
   if (fused && m.fuse_backward) {
     // The embedding backward consumes each source's slice as it lands: modelled as the kernel
-    // running alongside the exchange, its last tile after the last byte.
     // running alongside the exchange while data lands (never starved), the last source's share
     // after the last byte.
-    y.seconds = k.bwd_pack + k.bwd.seconds * (P - 1) / P;
-    y.after = k.bwd.seconds / P;
+    y.seconds = k.bwd_launch + k.bwd * (P - 1) / P;
+    y.after = k.bwd / P;
     p.push_back(std::move(y));
   } else {
-    y.seconds = k.bwd_pack;
+    y.seconds = k.bwd_launch;
     p.push_back(std::move(y));
-    p.push_back(compute_step("a2a_emb_bwd", k.bwd.seconds));
+    p.push_back(compute_step("a2a_emb_bwd", k.bwd));
   }
   Step w;
   w.kind = Step::wait_comm;
@@ -417,19 +398,24 @@ Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vect
   Estimate e;
   const double mlp = k.bottom.fwd + k.interaction_fwd + k.top.fwd + k.top.bwd +
                      k.interaction_bwd + k.bottom.bwd;
-  e.compute = k.fwd.seconds + k.unpack + mlp + k.bwd_pack + k.bwd.seconds + k.optimizer;
+  // The forward's kernels from its steps: the pooling (its own kernel, or the fused kernel), the
+  // All-to-All kernel's launch, the unpack.
+  const Step& x = k.fwd.back();
+  const double kernel = fused ? x.seconds : k.fwd.front().seconds + x.seconds;
+  const double unpack = x.after + k.fwd_sum;
+  e.compute = kernel + unpack + mlp + k.bwd_pack + k.bwd_launch + k.bwd + k.optimizer;
   double fwd = 0;
   if (fused) {
     // The first remote slice leaves when its tiles finish; the rest of the exchange follows it.
-    double first = k.fwd.seconds;
-    for (int q = 0; q < P; ++q)
-      if (q != r) first = std::min(first, k.fwd.slice_end[static_cast<std::size_t>(q)]);
-    fwd = std::max(k.fwd.seconds, first + a2a_fwd) + k.unpack;
+    double first = kernel;
+    for (const Send& s : x.sends) first = std::min(first, s.at);
+    fwd = std::max(kernel, first + a2a_fwd) + unpack;
   } else {
-    fwd = k.fwd.seconds + a2a_fwd + k.unpack;
+    fwd = kernel + a2a_fwd + unpack;
   }
-  double bwd = k.bwd_pack + a2a_bwd + k.bwd.seconds;
-  if (fused && m.fuse_backward) bwd = k.bwd_pack + std::max(a2a_bwd, k.bwd.seconds) + k.bwd.seconds / P;
+  double bwd = k.bwd_pack + k.bwd_launch + a2a_bwd + k.bwd;
+  if (fused && m.fuse_backward)
+    bwd = k.bwd_pack + k.bwd_launch + std::max(a2a_bwd, k.bwd) + k.bwd / P;
   // The AllReduces start after the top and bottom MLPs' backward and hide behind what follows.
   const double ar = allreduce_seconds(c, k.top.params * 4) + allreduce_seconds(c, k.bottom.params * 4);
   const double window = k.interaction_bwd + k.bottom.bwd + bwd;

@@ -1,11 +1,12 @@
 // The operators as simulator programs (sim/ops.hpp), each mode priced as the emulator's kernel of
-// that mode runs: a persistent kernel of grid = min(work, resident workgroups), workgroup w on
-// compute unit w mod CUs. The operators' tile loops claim their tiles (emu: `WgContext::claim`):
-// in tile order, each goes to the compute unit that frees first; the collectives' and the
-// owners' reductions are dealt statically, tiles w, w + grid, ... to workgroup w. A CU runs its
-// tiles back to back, each for the cost model's seconds of the tile's work. Copies and reductions after
-// the data landed are priced per workgroup the same way (the busiest CU's sum), not spread over
-// the device: a kernel whose copy falls to few workgroups is that slow in the emulator too.
+// that mode runs: a persistent kernel (Kernel: the plan's work items, detail::persistent_grid),
+// workgroup w on compute unit w mod CUs. The operators' tile loops claim their tiles (emu:
+// `WgContext::claim`): in tile order, each goes to the compute unit that frees first; the
+// collectives' and the owners' reductions are dealt statically, tiles w, w + grid, ... to
+// workgroup w. A CU runs its tiles back to back, each for the cost model's seconds of the tile's
+// work. Copies and reductions after the data landed are priced per workgroup the same way (the
+// busiest CU's sum), not spread over the device: a kernel whose copy falls to few workgroups is
+// that slow in the emulator too.
 #include "sim/ops.hpp"
 
 #include <algorithm>
@@ -15,8 +16,6 @@
 #include <vector>
 
 #include "fusedcoll/detail/collective_plan.hpp"
-#include "fusedcoll/detail/embedding_plan.hpp"
-#include "fusedcoll/detail/gemm_plan.hpp"
 #include "fusedcoll/detail/gemv_plan.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
@@ -26,59 +25,13 @@ namespace {
 
 int cus(const Cluster& c) { return c.preset.device.compute_units; }
 double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
-
-/// The grid the emulator launches over `work` items (emu/ops.hpp `grid_for`).
-int grid_for(const Cluster& c, std::size_t work) {
-  return detail::persistent_grid(work,
-                                 static_cast<std::size_t>(c.preset.device.resident_wgs_per_cu) *
-                                     static_cast<std::size_t>(cus(c)));
-}
-
-/// A persistent kernel's items in order. `end[i]` is item i's end from the kernel's first
-/// workgroup start.
-struct Grid {
-  std::vector<double> cu;
-  std::vector<double> end;
-  int grid = 1;
-  Grid(const Cluster& c, int g) : cu(static_cast<std::size_t>(cus(c)), 0.0), grid(g) {}
-  /// Item i dealt statically: on workgroup i mod grid, on CU (i mod grid) mod CUs.
-  double run(std::size_t i, double seconds) {
-    return book(cu[(i % static_cast<std::size_t>(grid)) % cu.size()], seconds);
-  }
-  /// The next item claimed: on the CU (of those the grid occupies) that frees first, the lowest
-  /// on a tie, as the emulator's driver resumes the lowest workgroup id first.
-  double claim(double seconds) {
-    const auto used = std::min(cu.size(), static_cast<std::size_t>(grid));
-    return book(*std::min_element(cu.begin(), cu.begin() + static_cast<std::ptrdiff_t>(used)), seconds);
-  }
-  /// Work of workgroup w (every item of w at once), for the copies after a wait.
-  void run_wg(int w, double seconds) { cu[static_cast<std::size_t>(w) % cu.size()] += seconds; }
-  double makespan() const { return *std::max_element(cu.begin(), cu.end()); }
-
- private:
-  double book(double& t, double seconds) {
-    t += seconds;
-    end.push_back(t);
-    return t;
-  }
-};
-
 double secs(const Cluster& c, const model::Work& w) { return model::seconds(c.preset, w); }
 
-/// Makespan of a copy kernel of `g` workgroups in which workgroup w copies `bytes(w)` bytes (the
-/// unpacks after an All-to-All or a scale-out exchange).
-template <class Bytes>
-double copy_kernel(const Cluster& c, int g, Bytes bytes) {
-  Grid k(c, g);
-  for (int w = 0; w < g; ++w) k.run_wg(w, secs(c, model::copy(bytes(w))));
-  return k.makespan();
-}
-
-/// A fused kernel's tiles in plan order on grid `k`: under scale_up each remote tile's bytes leave
-/// as it ends; under scale_out the time each remote destination's slice is complete (its last
-/// tile's end) is returned. `tile(i)` gives {seconds, destination, bytes} of tile i.
+/// A fused kernel's tiles in plan order on `k`: under scale_up each remote tile's bytes leave as
+/// it ends; under scale_out the time each remote destination's slice is complete (its last tile's
+/// end) is returned. `tile(i)` gives {seconds, destination, bytes} of tile i.
 template <class TileOf>
-std::vector<double> run_fused_tiles(const Cluster& c, Grid& k, std::size_t tiles, int me, int P,
+std::vector<double> run_fused_tiles(const Cluster& c, Kernel& k, std::size_t tiles, int me, int P,
                                     Mode mode, Step& x, TileOf tile) {
   std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
   for (std::size_t i = 0; i < tiles; ++i) {
@@ -93,6 +46,22 @@ std::vector<double> run_fused_tiles(const Cluster& c, Grid& k, std::size_t tiles
   return slice_end;
 }
 
+/// GemmAllToAll's first touches (emu/gemm_alltoall.cpp, Touched): a kernel's first tile on each
+/// weight panel reads it from memory. Tiles are priced in claim order; one per kernel.
+class Panels {
+ public:
+  explicit Panels(const detail::gemm::Plan& pl)
+      : pl_(pl), seen_(static_cast<std::size_t>(std::max<std::int64_t>(1, pl.panels())), 0) {}
+  double seconds(const Cluster& c, const detail::gemm::Tile& t) {
+    const bool first = std::exchange(seen_[static_cast<std::size_t>(pl_.panel_of(t))], 1) == 0;
+    return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl_.K, first));
+  }
+
+ private:
+  const detail::gemm::Plan& pl_;
+  std::vector<char> seen_;
+};
+
 void check_ranks(int world_size, const Cluster& c, const char* op) {
   if (world_size != c.ranks())
     throw InvalidArgument(std::string("op ") + op + ": the problem has " + std::to_string(world_size) +
@@ -101,68 +70,151 @@ void check_ranks(int world_size, const Cluster& c, const char* op) {
 
 }  // namespace
 
+// --- Kernels ------------------------------------------------------------------------------------
+
+Kernel::Kernel(const Cluster& c, std::size_t work)
+    : c_(&c),
+      grid_(detail::persistent_grid(work,
+                                    static_cast<std::size_t>(c.preset.device.resident_wgs_per_cu) *
+                                        static_cast<std::size_t>(cus(c)))),
+      cu_(static_cast<std::size_t>(cus(c)), 0.0) {}
+
+double Kernel::claim(double seconds) {
+  // The CUs the grid occupies by (free time, index) in a min-heap: a 128-node iteration claims
+  // ~10^7 tiles, and a scan of 100+ CUs per claim was most of its simulation time.
+  const auto later = [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
+    return a > b;
+  };
+  if (free_.empty()) {
+    const auto used = std::min(cu_.size(), static_cast<std::size_t>(grid_));
+    for (std::size_t i = 0; i < used; ++i) free_.emplace_back(cu_[i], static_cast<int>(i));
+    std::make_heap(free_.begin(), free_.end(), later);
+  }
+  std::pop_heap(free_.begin(), free_.end(), later);
+  const double end = free_.back().first += seconds;
+  cu_[static_cast<std::size_t>(free_.back().second)] = end;
+  std::push_heap(free_.begin(), free_.end(), later);
+  return end;
+}
+
+double Kernel::deal(std::size_t i, double seconds) {
+  free_.clear();
+  return cu_[(i % static_cast<std::size_t>(grid_)) % cu_.size()] += seconds;
+}
+
+void Kernel::add(int w, double seconds) {
+  free_.clear();
+  cu_[static_cast<std::size_t>(w) % cu_.size()] += seconds;
+}
+
+double Kernel::makespan() const { return *std::max_element(cu_.begin(), cu_.end()); }
+
+double Kernel::seconds() const { return launch(*c_) + makespan(); }
+
+double copy_kernel(const Cluster& c, std::size_t work,
+                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes) {
+  Kernel k(c, work);
+  for (int w = 0; w < k.grid(); ++w) k.add(w, secs(c, model::copy(bytes(w, k.grid()))));
+  return k.makespan();
+}
+
 // --- EmbeddingAllToAll (emu/embedding_alltoall.cpp) ---------------------------------------------
 
+Program embedding_steps(const detail::embedding::Plan& pl, const EmbeddingCost& cost,
+                        const Cluster& c, Mode mode, const std::string& kernel_phase,
+                        const std::string& exchange_phase) {
+  using detail::embedding::Tile;
+  const int P = pl.P, me = pl.me;
+  if (static_cast<std::int64_t>(cost.width.size()) != pl.T)
+    throw InvalidArgument("sim: " + std::to_string(cost.width.size()) + " table widths for " +
+                          std::to_string(pl.T) + " tables");
+  // Floats per sample of each rank's slice.
+  std::vector<std::int64_t> row(static_cast<std::size_t>(P), 0);
+  for (int p = 0; p < P; ++p)
+    for (std::int64_t t : pl.ids[static_cast<std::size_t>(p)])
+      row[static_cast<std::size_t>(p)] += cost.width[static_cast<std::size_t>(t)];
+  auto slice_bytes = [&](int p, int q) {
+    return pl.batch[static_cast<std::size_t>(q)] * row[static_cast<std::size_t>(p)] * 4;
+  };
+  Program prog;
+  if (mode == Mode::unfused) {
+    // Kernel 1 pools every local bag; kernel 2 puts every block, then unpacks all P blocks.
+    const std::vector<Tile> tiles = pl.unfused_tiles();
+    Kernel k1(c, tiles.size());
+    for (const Tile& t : tiles) k1.claim(cost.pool(t.k, t.i0, t.i1));
+    prog.push_back(compute_step(kernel_phase, k1.seconds()));
+    Step x = exchange_step(exchange_phase);
+    x.seconds = launch(c);
+    std::int64_t all = 0;
+    for (int q = 0; q < P; ++q) {
+      all += row[static_cast<std::size_t>(q)];
+      if (q != me) x.sends.push_back({launch(c), q, slice_bytes(me, q)});
+    }
+    x.after = copy_kernel(c, pl.a2a_items(), [&](std::int64_t w, std::int64_t g) {
+      return pl.unpack_rows(w, g) * all * 4;
+    });
+    prog.push_back(std::move(x));
+    return prog;
+  }
+  const std::vector<Tile> tiles = pl.fused_tiles();
+  Kernel k(c, tiles.size());
+  Step x = exchange_step(exchange_phase);
+  // Under scale_up a tile's rows are stored straight into q's output.
+  const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
+    const Tile& t = tiles[i];
+    const std::int64_t b0 = pl.start[static_cast<std::size_t>(t.q)];
+    const std::int64_t width = cost.width[static_cast<std::size_t>(
+        pl.ids[static_cast<std::size_t>(me)][static_cast<std::size_t>(t.k)])];
+    return std::tuple{cost.pool(t.k, b0 + t.i0, b0 + t.i1), t.q, (t.i1 - t.i0) * width * 4};
+  });
+  x.seconds = k.seconds();
+  if (mode == Mode::scale_out) {
+    // The slice leaves with its last tile; every workgroup unpacks its rows of each slice.
+    std::int64_t remote = 0;
+    for (int q = 0; q < P; ++q) {
+      if (q == me) continue;
+      if (pl.tiles(me, q) > 0)
+        x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, slice_bytes(me, q)});
+      if (pl.tiles(q, me) > 0) remote += row[static_cast<std::size_t>(q)];
+    }
+    x.after = copy_kernel(c, tiles.size(), [&](std::int64_t w, std::int64_t g) {
+      return pl.unpack_rows(w, g) * remote * 4;
+    });
+  }
+  prog.push_back(std::move(x));
+  return prog;
+}
+
 Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank, Mode mode) {
-  using namespace detail::embedding;
   check_ranks(pb.world_size, c, "embedding");
   EmbeddingAllToAllArgs a;
   a.dim = pb.dim;
   a.owner = pb.owner;
   a.batch_sizes = pb.batch_sizes;
   a.pooling = pb.pooling;
-  const Plan pl(a, rank, c.ranks());
-  const int P = pl.P, me = pl.me;
-  const std::int64_t D = pl.D;
+  const detail::embedding::Plan pl(a, rank, c.ranks());
   const int index_bytes = pb.index_dtype == DType::i64 ? 8 : 4;
+  EmbeddingCost cost;
+  cost.width.assign(static_cast<std::size_t>(pl.T), pl.D);
   // The pool of bags [b0, b1) (global ids) of local table k: the bags' own lengths.
-  auto pool = [&](int k, std::int64_t b0, std::int64_t b1) {
-    const std::int64_t t = pl.ids[static_cast<std::size_t>(me)][static_cast<std::size_t>(k)];
+  cost.pool = [&](int k, std::int64_t b0, std::int64_t b1) {
+    const std::int64_t t = pl.ids[static_cast<std::size_t>(pl.me)][static_cast<std::size_t>(k)];
     std::int64_t rows = 0;
     for (std::int64_t b = b0; b < b1; ++b) rows += pb.bag_length(t, b);
-    return secs(c, model::embedding(rows, b1 - b0, D, index_bytes, pb.weighted));
+    return secs(c, model::embedding(rows, b1 - b0, pl.D, index_bytes, pb.weighted));
   };
-  Program prog;
-  if (mode == Mode::unfused) {
-    // Kernel 1 pools every local bag; kernel 2 puts every block, then unpacks all P blocks.
-    const std::vector<Tile> tiles = pl.unfused_tiles();
-    Grid k1(c, grid_for(c, tiles.size()));
-    for (const Tile& t : tiles) k1.claim(pool(t.k, t.i0, t.i1));
-    prog.push_back(compute_step("embedding_alltoall", launch(c) + k1.makespan()));
-    Step x = exchange_step("embedding_alltoall");
-    x.seconds = launch(c);
-    for (int q = 0; q < P; ++q)
-      if (q != me) x.sends.push_back({launch(c), q, pl.slice_floats(me, q) * 4});
-    const int g = grid_for(c, pl.a2a_items());
-    x.after = copy_kernel(c, g, [&](int w) { return pl.unpack_rows(w, g) * pl.T * D * 4; });
-    prog.push_back(std::move(x));
-    return prog;
-  }
-  const std::vector<Tile> tiles = pl.fused_tiles();
-  const int g = grid_for(c, tiles.size());
-  Grid k(c, g);
-  Step x = exchange_step("embedding_alltoall");
-  // Under scale_up a tile's rows are stored straight into q's output.
-  const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
-    const Tile& t = tiles[i];
-    return std::tuple{pool(t.k, pl.start[t.q] + t.i0, pl.start[t.q] + t.i1), t.q, (t.i1 - t.i0) * D * 4};
-  });
-  x.seconds = launch(c) + k.makespan();
-  if (mode == Mode::scale_out) {
-    // The slice leaves with its last tile; every workgroup unpacks its rows of each slice.
-    std::int64_t remote_tables = 0;
-    for (int q = 0; q < P; ++q) {
-      if (q == me) continue;
-      if (pl.tiles(me, q) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, pl.slice_floats(me, q) * 4});
-      if (pl.tiles(q, me) > 0) remote_tables += pl.tp[static_cast<std::size_t>(q)];
-    }
-    x.after = copy_kernel(c, g, [&](int w) { return pl.unpack_rows(w, g) * remote_tables * D * 4; });
-  }
-  prog.push_back(std::move(x));
-  return prog;
+  return embedding_steps(pl, cost, c, mode, "embedding_alltoall", "embedding_alltoall");
 }
 
 // --- GemmAllToAll (emu/gemm_alltoall.cpp) -------------------------------------------------------
+
+double expert_kernel_seconds(const detail::gemm::Plan& pl, const Cluster& c) {
+  const std::vector<detail::gemm::Tile> tiles = pl.unfused_tiles();
+  Kernel k(c, tiles.size());
+  Panels panels(pl);
+  for (const detail::gemm::Tile& t : tiles) k.claim(panels.seconds(c, t));
+  return k.seconds();
+}
 
 Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mode) {
   using namespace detail::gemm;
@@ -175,29 +227,17 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   const Plan pl(a, rank, c.ranks());
   const int P = pl.P, me = pl.me;
   const std::int64_t N = pl.N;
-  // The emulator's first touches (emu/gemm_alltoall.cpp, Touched): a kernel's first tile on
-  // each (local expert, column block) reads its panel from memory. The tiles are priced in tile
-  // order; reset per kernel.
-  std::vector<char> touched(static_cast<std::size_t>(pl.panels()), 0);
-  auto cost = [&](const Tile& t) {
-    const bool first = std::exchange(touched[static_cast<std::size_t>(pl.panel_of(t))], 1) == 0;
-    return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl.K, first));
-  };
   auto slice_bytes = [&](int h, int s) {
     return pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(s)] * N * 4;
   };
   Program prog;
   if (mode == Mode::unfused) {
-    const std::vector<Tile> tiles = pl.unfused_tiles();
-    Grid k1(c, grid_for(c, tiles.size()));
-    for (const Tile& t : tiles) k1.claim(cost(t));
-    prog.push_back(compute_step("gemm_alltoall", launch(c) + k1.makespan()));
+    prog.push_back(compute_step("gemm_alltoall", expert_kernel_seconds(pl, c)));
     Step x = exchange_step("gemm_alltoall");
     x.seconds = launch(c);
     for (int s = 0; s < P; ++s)
       if (s != me) x.sends.push_back({launch(c), s, slice_bytes(me, s)});
-    const int g = grid_for(c, pl.a2a_items());
-    x.after = copy_kernel(c, g, [&](int w) {
+    x.after = copy_kernel(c, pl.a2a_items(), [&](std::int64_t w, std::int64_t g) {
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h) rows += pl.unpack_rows(h, w, g);
       return rows * N * 4;
@@ -206,18 +246,18 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
     return prog;
   }
   const std::vector<Tile> tiles = pl.fused_tiles();
-  const int g = grid_for(c, tiles.size());
-  Grid k(c, g);
+  Kernel k(c, tiles.size());
+  Panels panels(pl);
   Step x = exchange_step("gemm_alltoall");
   const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
     const Tile& t = tiles[i];
-    return std::tuple{cost(t), t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4};
+    return std::tuple{panels.seconds(c, t), t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4};
   });
-  x.seconds = launch(c) + k.makespan();
+  x.seconds = k.seconds();
   if (mode == Mode::scale_out) {
     for (int s = 0; s < P; ++s)
       if (s != me && pl.tiles(me, s) > 0) x.sends.push_back({slice_end[static_cast<std::size_t>(s)], s, slice_bytes(me, s)});
-    x.after = copy_kernel(c, g, [&](int w) {
+    x.after = copy_kernel(c, tiles.size(), [&](std::int64_t w, std::int64_t g) {
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h)
         if (h != me && pl.tiles(h, me) > 0) rows += pl.unpack_rows(h, w, g);
@@ -242,9 +282,9 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
   auto cost = [&](const Tile& t) { return secs(c, model::gemv(p.m, p.k, t.n1 - t.n0)); };
   Program prog;
   if (mode == Mode::unfused) {
-    Grid k1(c, grid_for(c, p.tiles.size()));
+    Kernel k1(c, p.tiles.size());
     for (const Tile& t : p.tiles) k1.claim(cost(t));
-    prog.push_back(compute_step("gemv_allreduce", launch(c) + k1.makespan()));
+    prog.push_back(compute_step("gemv_allreduce", k1.seconds()));
     // The direct AllReduce of the m x n partial: part q = chunk_of(m n, P, q) to its owner in
     // tiles of te elements; the owner folds each tile (copy + P - 1 reductions), puts it to every
     // rank and copies it into place; every rank copies the other parts out of scratch.
@@ -264,34 +304,36 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
       }
     const std::int64_t mine = len[static_cast<std::size_t>(me)];
     const auto reduce_n = static_cast<std::size_t>(ntiles(mine));
-    const int g = grid_for(c, std::max({scatter, reduce_n, collect}));
+    const std::size_t items = std::max({scatter, reduce_n, collect});
     Step rs = exchange_step("gemv_allreduce");
     rs.seconds = launch(c);
     for (int q = 0; q < P; ++q)
       if (q != me && len[static_cast<std::size_t>(q)] > 0) rs.sends.push_back({launch(c), q, len[static_cast<std::size_t>(q)] * 4});
-    Grid red(c, g);
+    Kernel red(c, items);
     for (std::size_t i = 0; i < reduce_n; ++i) {
       const std::int64_t n = std::min(te, mine - static_cast<std::int64_t>(i) * te);
-      red.run(i, secs(c, model::copy(n * 4)) + secs(c, model::reduce(n * (P - 1))) + secs(c, model::copy(n * 4)));
+      red.deal(i, secs(c, model::copy(n * 4)) + secs(c, model::reduce(n * (P - 1))) +
+                      secs(c, model::copy(n * 4)));
     }
     rs.after = red.makespan();
     prog.push_back(std::move(rs));
     Step ag = exchange_step("gemv_allreduce");
     for (int q = 0; q < P; ++q)
       if (q != me && mine > 0) ag.sends.push_back({0.0, q, mine * 4});
-    Grid col(c, g);
+    Kernel col(c, items);
     std::size_t i = 0;
     for (int q : detail::remote_first(me, P)) {
       if (q == me) continue;
       for (std::int64_t t0 = 0; t0 < len[static_cast<std::size_t>(q)]; t0 += te)
-        col.run(i++, secs(c, model::copy(std::min(te, len[static_cast<std::size_t>(q)] - t0) * 4)));
+        col.deal(i++,
+                 secs(c, model::copy(std::min(te, len[static_cast<std::size_t>(q)] - t0) * 4)));
     }
     ag.after = col.makespan();
     prog.push_back(std::move(ag));
     return prog;
   }
-  const int g = grid_for(c, mode == Mode::scale_up ? p.tiles.size() : p.scale_out_items());
-  Grid k(c, g);
+  const std::size_t items = mode == Mode::scale_up ? p.tiles.size() : p.scale_out_items();
+  Kernel k(c, items);
   Step rs = exchange_step("gemv_allreduce");
   std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
   const std::int64_t tile_floats = p.m * kTileN;
@@ -304,15 +346,16 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     else
       slice_end[static_cast<std::size_t>(t.owner)] = std::max(slice_end[static_cast<std::size_t>(t.owner)], end);
   }
-  rs.seconds = launch(c) + k.makespan();
+  rs.seconds = k.seconds();
   const Chunk mine = p.chunks[static_cast<std::size_t>(me)];
   Step ag = exchange_step("gemv_allreduce");
-  Grid red(c, g);
+  Kernel red(c, items);
   if (mode == Mode::scale_up) {
     // The owner folds each of its tiles once all partials are in, then stores it into every y.
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
-      const double end = red.run(i, secs(c, model::copy(tile_floats * 4)) + secs(c, model::reduce(tile_floats * (P - 1))));
+      const double end = red.deal(
+          i, secs(c, model::copy(tile_floats * 4)) + secs(c, model::reduce(tile_floats * (P - 1))));
       for (int q = 0; q < P; ++q)
         if (q != me) ag.sends.push_back({end, q, p.m * (t.n1 - t.n0) * 4});
     }
@@ -324,13 +367,15 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
       const std::int64_t w = t.n1 - t.n0;
-      red.run(i, secs(c, model::copy(p.m * w * 4)) + secs(c, model::reduce(p.m * w * (P - 1))));
+      red.deal(i, secs(c, model::copy(p.m * w * 4)) + secs(c, model::reduce(p.m * w * (P - 1))));
     }
     rs.after = red.makespan();
     for (int q = 0; q < P; ++q)
       if (q != me && mine.length > 0) ag.sends.push_back({0.0, q, p.m * mine.length * 4});
-    Grid u(c, g);
-    for (int j = 0; j < P; ++j) u.run(static_cast<std::size_t>(j), secs(c, model::copy(p.m * p.chunks[static_cast<std::size_t>(j)].length * 4)));
+    Kernel u(c, items);
+    for (int j = 0; j < P; ++j)
+      u.deal(static_cast<std::size_t>(j),
+             secs(c, model::copy(p.m * p.chunks[static_cast<std::size_t>(j)].length * 4)));
     ag.after = u.makespan();
   }
   prog.push_back(std::move(rs));

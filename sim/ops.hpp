@@ -1,20 +1,91 @@
 #pragma once
 /// @file
 /// The three fused operators as simulator programs, in each of their modes (docs/simulation.md,
-/// "Scale-out", "fusedcoll-sim op"). A program prices what the emulator's kernel of that mode
-/// does (emu/embedding_alltoall.cpp, emu/gemm_alltoall.cpp, emu/gemv_allreduce.cpp): the same
-/// plan (detail/*_plan.hpp), the same tiles with the same work (the cost model's), the same
-/// workgroup grid and compute-unit assignment, the same puts. Inputs are the generators'
-/// problems (fusedcoll/inputs.hpp), so an EmbeddingAllToAll is priced with the very bag lengths
-/// the emulator pools.
+/// "Scale-out", "fusedcoll-sim op"), and the pricing of their kernels that sim/dlrm.cpp's
+/// iteration uses too: one pricing of each operator for both. A program prices what the
+/// emulator's kernel of that mode does (emu/embedding_alltoall.cpp, emu/gemm_alltoall.cpp,
+/// emu/gemv_allreduce.cpp): the same plan (detail/*_plan.hpp: tiles, order, grids, unpack
+/// shares), the same tiles with the same work (the cost model's), the same compute-unit
+/// assignment, the same puts. Inputs are the generators' problems (fusedcoll/inputs.hpp), so an
+/// EmbeddingAllToAll is priced with the very bag lengths the emulator pools.
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/detail/embedding_plan.hpp"
+#include "fusedcoll/detail/gemm_plan.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "sim/sim.hpp"
 
 namespace fusedcoll::sim {
+
+/// A persistent kernel on one device as the emulator runs it: grid = detail::persistent_grid(work,
+/// resident workgroups), workgroup w on compute unit w mod CUs (emu/ops.hpp `grid_for`,
+/// emu/vtime.cpp). Times count from the kernel's first workgroup start; `seconds()` adds the
+/// launch.
+class Kernel {
+ public:
+  Kernel(const Cluster& c, std::size_t work);
+  int grid() const { return grid_; }
+  /// The next item claimed (`WgContext::claim`): on the CU, of those the grid occupies, that frees
+  /// first, the lowest on a tie (the emulator's driver resumes the lowest workgroup id first).
+  /// Returns the item's end.
+  double claim(double seconds);
+  /// Item i dealt statically, to workgroup i mod grid (the owners' reductions, the collectives).
+  /// Returns the item's end.
+  double deal(std::size_t i, double seconds);
+  /// Work of workgroup w, all at once (a copy after a wait).
+  void add(int w, double seconds);
+  double makespan() const;
+  /// From the host's call: the launch, then the makespan.
+  double seconds() const;
+
+ private:
+  const Cluster* c_;
+  int grid_ = 1;
+  std::vector<double> cu_;
+  std::vector<std::pair<double, int>> free_;  ///< claim's heap of the grid's CUs (empty: rebuild)
+};
+
+/// The makespan of a copy kernel over `work` items whose workgroup w of `grid` copies
+/// `bytes(w, grid)` bytes: the unpacks after an exchange (no launch: they run in the kernel that
+/// waited).
+double copy_kernel(const Cluster& c, std::size_t work,
+                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes);
+
+// --- EmbeddingAllToAll --------------------------------------------------------------------------
+
+/// What prices one rank's EmbeddingAllToAll besides its plan.
+struct EmbeddingCost {
+  /// Seconds of pooling samples [b0, b1) (global ids) of local table k.
+  std::function<double(int k, std::int64_t b0, std::int64_t b1)> pool;
+  /// [T] floats per sample of each table (global ids, Plan::ids): the plan's D for the operator;
+  /// a shard's columns where a model cuts tables by column (sim/dlrm.cpp). A slice carries its
+  /// source's widths, a scale_up tile its table's.
+  std::vector<std::int64_t> width;
+};
+
+/// EmbeddingAllToAll's kernels on rank pl.me in `mode`. Unfused: the pooling kernel (a compute
+/// step, `kernel_phase`), then the All-to-All kernel (an exchange: every block at its launch, then
+/// the unpack, `exchange_phase`). Fused: one exchange (`exchange_phase`): scale_up sends each
+/// tile's rows as it ends, scale_out each slice with its last tile and unpacks after the exchange.
+Program embedding_steps(const detail::embedding::Plan& pl, const EmbeddingCost& cost,
+                        const Cluster& c, Mode mode, const std::string& kernel_phase,
+                        const std::string& exchange_phase);
+
+// --- GemmAllToAll -------------------------------------------------------------------------------
+
+/// GemmAllToAll's unfused expert kernel on rank pl.me, launch included: every local tile in
+/// Plan::unfused_tiles order, claimed, a panel's first tile paying its first touch. A dense GEMM
+/// cut in the operator's tiles is the kernel of a one-rank, one-expert plan (sim/dlrm.cpp's MLPs).
+double expert_kernel_seconds(const detail::gemm::Plan& pl, const Cluster& c);
+
+// --- The operators' programs (fusedcoll-sim op, sim_emu_test) -----------------------------------
 
 Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank, Mode mode);
 Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mode);
