@@ -6,6 +6,12 @@
 // system it runs) and cuBLAS SGEMM on the same total shape as the expert GEMMs (tile throughput /
 // SGEMM's). Output: a Markdown report on stdout and, with --out FILE, in FILE.
 //
+// In process mode (FUSEDCOLL_GPU_MODE=process, under mpiexec: one rank per process, docs/gpu.md)
+// it runs EmbeddingAllToAll, the operator process mode has, each rank checking its own output
+// against ref/ first; a row's time is the slowest rank's kernel time (median over repetitions).
+// Its unfused baseline is fusedcoll's own: the pooling kernel, then the push All-to-All kernel
+// over the same IPC mappings or proxy (NCCL refuses several ranks on one GPU).
+//
 //   fusedcoll-gpu-bench [--quick] [--ranks P] [--reps N] [--out FILE]
 
 #include <algorithm>
@@ -19,10 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
 #include "fusedcoll/ref.hpp"
 #include "gpu/runtime.hpp"
+#if defined(FC_GPU_PROCESS)
+#include <mpi.h>
+#endif
 
 #if defined(FUSEDCOLL_HAVE_BLAS) && defined(FC_GPU_CUDA)
 #include <cublas_v2.h>
@@ -140,6 +150,54 @@ void verify(Problem pb, Out out, RefCall ref_call, GpuCall gpu_call) {
   }
 }
 
+/// The slowest rank's value in process mode (kernel times: a call ends with its slowest rank).
+double slowest(const fc::gpu::World& gpu, double v) {
+#if defined(FC_GPU_PROCESS)
+  if (gpu.process_mode()) {
+    double out = v;
+    MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return out;
+  }
+#else
+  (void)gpu;
+#endif
+  return v;
+}
+
+/// Process mode: this rank's call of every mode against ref/ (integer inputs), then the timing.
+std::vector<double> embedding_process(fc::gpu::World& gpu, fc::EmbeddingProblem pb, int reps) {
+  pb.values = fc::ValueMode::integer;
+  auto want = fc::make_world(pb);
+  fc::ref::embedding_alltoall(fc::args_of(want));
+  const int me = gpu.rank();
+  for (Mode mode : kModes) {
+    auto got = fc::make_world(pb);
+    fc::poison(got[static_cast<std::size_t>(me)].output.data(),
+               got[static_cast<std::size_t>(me)].output.size() * 4);
+    const auto args = fc::args_of(got);
+    gpu.run([&](fc::Communicator& comm) {
+      fc::embedding_alltoall(comm, args[static_cast<std::size_t>(me)], mode);
+    });
+    if (!same_bits<int>(got[static_cast<std::size_t>(me)].output,
+                        want[static_cast<std::size_t>(me)].output))
+      throw fc::InternalError(std::string("fusedcoll-gpu-bench: ") + fc::to_string(mode) +
+                              " differs from ref/ on rank " + std::to_string(me));
+  }
+  pb.values = fc::ValueMode::random;
+  auto data = fc::make_world(pb);
+  const auto args = fc::args_of(data);
+  std::vector<std::vector<double>> ms(3);
+  for (int i = 0; i <= reps; ++i)
+    for (int m = 0; m < 3; ++m) {
+      gpu.run([&](fc::Communicator& comm) {
+        fc::embedding_alltoall(comm, args[static_cast<std::size_t>(me)], kModes[m]);
+      });
+      const double t = slowest(gpu, gpu.last_kernel_ms());
+      if (i > 0) ms[static_cast<std::size_t>(m)].push_back(t);
+    }
+  return {median(ms[0]), median(ms[1]), median(ms[2])};
+}
+
 std::string fmt(double v, int prec = 3) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -172,12 +230,22 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    const int P = o.ranks;
-    fc::gpu::World gpu({.world_size = P, .device = 0, .timeout_s = 60});
+    fc::gpu::World gpu({.world_size = o.ranks, .timeout_s = 60});
+    const int P = gpu.size();
+    const bool leader = gpu.rank() == 0;  // process mode: rank 0 writes the report
     std::ostringstream md;
     md << "# fusedcoll GPU benchmark\n\n"
        << "device: " << gpu.device_name() << " (" << fc::gpu::vendor() << "), " << P
-       << " virtual ranks on one GPU, kernel time from events, median of " << o.reps
+       << (gpu.process_mode()
+               ? std::string(" ranks, one per process (process mode, FUSEDCOLL_GPU_PROXY=") +
+                     (fc::env().gpu_proxy == fc::Env::GpuProxy::all ? "all: every peer through "
+                                                                      "the host proxy"
+                                                                    : "auto: same-node peers "
+                                                                      "through IPC") +
+                     "); the slowest rank's kernel time; unfused = the pooling kernel, then "
+                     "fusedcoll's push All-to-All kernel (NCCL refuses several ranks on one GPU)"
+               : std::string(" virtual ranks on one GPU, kernel time from events"))
+       << ", median of " << o.reps
        << " repetitions; every mode checked bit for bit against ref/ on integer inputs first.\n\n";
 
     const double copy_gbps = memcpy_gbps(o.quick ? (16u << 20) : (512u << 20), o.reps);
@@ -189,8 +257,29 @@ int main(int argc, char** argv) {
       md << "| " << opname << " | " << size << " | " << fmt(t[0]) << " | " << fmt(t[1]) << " | "
          << fmt(t[2]) << " | " << fmt(t[1] / t[0], 2) << " | " << fmt(t[2] / t[0], 2) << " | "
          << reference << " |\n";
-      std::cerr << opname << " " << size << " done\n";
+      if (leader) std::cerr << opname << " " << size << " done\n";
     };
+
+    if (gpu.process_mode()) {
+      for (std::int64_t b :
+           o.quick ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{128, 512, 2048}) {
+        fc::EmbeddingProblem pb = fc::EmbeddingProblem::dlrm(P);
+        pb.batch_sizes.assign(static_cast<std::size_t>(P), b);
+        if (o.quick)
+          for (auto& rows : pb.table_rows) rows = 100;
+        row("embedding_alltoall", "B/rank=" + std::to_string(b), embedding_process(gpu, pb, o.reps),
+            "baseline: pool + fusedcoll push All-to-All");
+      }
+      md << "\nGemvAllReduce, GemmAllToAll and the collectives do not run in process mode yet "
+            "(docs/gpu.md).\n";
+      if (leader) std::cout << md.str();
+      if (leader && !o.out.empty()) {
+        std::ofstream f(o.out);
+        f << md.str();
+        if (!f) throw fc::BackendError("fusedcoll-gpu-bench: cannot write " + o.out);
+      }
+      return 0;
+    }
 
     // EmbeddingAllToAll: DLRM shapes, batch per rank varied.
     for (std::int64_t b : o.quick ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{128, 512, 2048}) {

@@ -28,6 +28,9 @@
 
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "gpu/ops.hpp"
+#if defined(FC_GPU_PROCESS)
+#include "gpu/process.hpp"
+#endif
 
 namespace fusedcoll::gpu::ops {
 namespace {
@@ -74,7 +77,17 @@ struct EmbParams {
   const std::uint64_t* wait_target;   // [P][P]: rank me's target for source p's slot
   const std::uint64_t* done_target;   // [P][P]: rank me's done-mask target for destination q
   const std::uint64_t* sent_target;   // [P][P]: rank me's piece count target for destination q
+  // Process mode (docs/gpu.md, "Process mode"): this process's rank (-1: single mode, the rank is
+  // blockIdx.y), the heap's id, and byte offsets of out and recv in every rank's heap.
+  int me;
+  int heap;
+  std::uint64_t out_off, recv_off;
+  int unpack_self;  // process mode's unfused exchange: this rank's own slice comes from `stage`
 };
+
+__device__ inline int rank_of(const EmbParams& p) {
+  return p.me >= 0 ? p.me : static_cast<int>(blockIdx.y);
+}
 
 /// Pools bags [b0, b0 + rows) of one table into dst (row stride ld): one thread per element.
 __device__ void pool_rows(const EmbTable& tb, std::int64_t D, int mean, std::int64_t b0,
@@ -95,7 +108,7 @@ __device__ void pool_rows(const EmbTable& tb, std::int64_t D, int mean, std::int
 }
 
 __global__ void emb_scale_up(EmbParams p) {
-  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const int me = rank_of(p), P = p.P;
   const EmbRank& R = p.ranks[me];
   const std::int64_t T = p.T, D = p.D;
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
@@ -104,7 +117,14 @@ __global__ void emb_scale_up(EmbParams p) {
     const std::int64_t t = p.ids[p.tables_before[me] + tl.k];
     float* dst = p.ranks[tl.q].out + tl.i0 * T * D + t * D;
     pool_rows(R.tables[tl.k], D, p.mean, p.start[tl.q] + tl.i0, tl.i1 - tl.i0, dst, T * D);
-    block_signal(p.sync, tl.q, p.from + me, 1);
+    // A proxied destination: the rows went into this rank's shadow of its output; each row
+    // travels as a put (rows of one table are not contiguous in the output), then the signal.
+    if (proxied(p.sync, tl.q))
+      for (std::int64_t r = 0; r < tl.i1 - tl.i0; ++r)
+        block_put(p.sync, me, tl.q, p.heap,
+                  p.out_off + static_cast<std::uint64_t>(((tl.i0 + r) * T + t) * D) * sizeof(float),
+                  dst + r * T * D, static_cast<std::uint64_t>(D) * sizeof(float));
+    block_signal(p.sync, tl.q, p.from + me, 1, me);
   }
   if (blockIdx.x == 0)
     for (int j = 1; j <= P; ++j) {
@@ -114,7 +134,7 @@ __global__ void emb_scale_up(EmbParams p) {
 }
 
 __global__ void emb_scale_out(EmbParams p) {
-  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const int me = rank_of(p), P = p.P;
   const EmbRank& R = p.ranks[me];
   const std::int64_t T = p.T, D = p.D, tpm = p.tp[me];
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
@@ -126,10 +146,17 @@ __global__ void emb_scale_out(EmbParams p) {
       const PutPiece pc = p.pieces[p.piece_begin[me] + i - nt];
       if (!block_wait(p.sync, me, p.done + pc.q, p.done_target[me * P + pc.q])) return;
       const float* slice = R.stage + p.start[pc.q] * tpm * D;  // [B_q, T_me, D]
-      float* dst = p.ranks[pc.q].recv + p.batch[pc.q] * p.tables_before[me] * D;
-      block_copy(dst + pc.off, slice + pc.off, pc.len);
+      const std::int64_t at = p.batch[pc.q] * p.tables_before[me] * D + pc.off;
+      if (proxied(p.sync, pc.q))  // straight from the staged slice, which stays until the call ends
+        block_put(p.sync, me, pc.q, p.heap,
+                  p.recv_off + static_cast<std::uint64_t>(at) * sizeof(float), slice + pc.off,
+                  static_cast<std::uint64_t>(pc.len) * sizeof(float));
+      else
+        block_copy(p.ranks[pc.q].recv + at, slice + pc.off, pc.len);
+      // The piece that completes the slice signals: every other piece's put was posted before
+      // its block's add on the done-counter, so before this signal in the proxy's queue.
       if (block_done_is_last(slot_ptr(p.sync, me, p.sent + pc.q), p.sent_target[me * P + pc.q]))
-        block_signal(p.sync, pc.q, p.arrive + me, 1);
+        block_signal(p.sync, pc.q, p.arrive + me, 1, me);
       continue;
     }
     const EmbTile tl = p.tiles[p.tile_begin[me] + i];
@@ -141,18 +168,21 @@ __global__ void emb_scale_out(EmbParams p) {
     }
     float* slice = R.stage + p.start[tl.q] * tpm * D;  // [B_q, T_me, D]
     pool_rows(R.tables[tl.k], D, p.mean, b0, rows, slice + (tl.i0 * tpm + tl.k) * D, tpm * D);
-    block_signal(p.sync, me, p.done + tl.q, 1);
+    block_signal(p.sync, me, p.done + tl.q, 1, me);
   }
   // Unpack: the grid's threads each copy elements (D is often below the block size, so a row per
   // block would leave most threads idle).
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                      stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (int j = 1; j < P; ++j) {
+  for (int j = p.unpack_self != 0 ? 0 : 1; j < P; ++j) {
     const int src = (me + j) % P;
     const std::int64_t tps = p.tp[src], bm = p.batch[me];
     if (tps == 0 || bm == 0) continue;  // that source sends us no slice
-    if (!block_wait(p.sync, me, p.arrive + src, p.wait_target[me * P + src])) return;
-    const float* block = R.recv + bm * p.tables_before[src] * D;
+    const float* block = R.stage + p.start[me] * tpm * D;  // [B_me, T_me, D] of L
+    if (src != me) {
+      if (!block_wait(p.sync, me, p.arrive + src, p.wait_target[me * P + src])) return;
+      block = R.recv + bm * p.tables_before[src] * D;
+    }
     for (std::int64_t e = first; e < bm * tps * D; e += stride) {
       const std::int64_t row = e / D, d = e % D, i = row / tps, k = row % tps;
       R.out[i * T * D + p.ids[p.tables_before[src] + k] * D + d] = block[e];
@@ -162,7 +192,7 @@ __global__ void emb_scale_out(EmbParams p) {
 
 /// Unfused kernel 1: every local bag of the global batch into L [B, T_me, D].
 __global__ void emb_pool(EmbParams p) {
-  const int me = static_cast<int>(blockIdx.y);
+  const int me = rank_of(p);
   const EmbRank& R = p.ranks[me];
   const std::int64_t D = p.D, tpm = p.tp[me];
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
@@ -176,7 +206,7 @@ __global__ void emb_pool(EmbParams p) {
 /// Unfused kernel 2, the All-to-All and permutation: output row (i, t) of rank me is row
 /// (start_me + i, local_k[t]) of owner[t]'s L.
 __global__ void emb_gather(EmbParams p) {
-  const int me = static_cast<int>(blockIdx.y);
+  const int me = rank_of(p);
   const EmbRank& R = p.ranks[me];
   const std::int64_t T = p.T, D = p.D, n = p.batch[me] * T * D;
   for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -192,8 +222,15 @@ __global__ void emb_gather(EmbParams p) {
 void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all, Mode mode) {
   detail::check_mode(mode);
   const int P = ctx.world_size();
-  check_world(all, P);
+  // Process mode: `all` holds every rank's global fields, this rank's call in full (agree_world).
+  const int me_only = ctx.me();
+  if (me_only < 0) check_world(all, P);
   const std::string op = std::string("embedding_alltoall ") + to_string(mode);
+  // Process mode's unfused All-to-All pushes: the single mode's gather reads the owners' L, which
+  // no proxied peer can. After the pooling kernel, the scale_out kernel with no tiles puts every
+  // slice of L (the scale_out staging layout, [B_q, T_me, D] at start_q) to its destination and
+  // unpacks, this rank's own slice from L: compute, then the collective, with no overlap.
+  const bool push_unfused = me_only >= 0 && mode == Mode::unfused;
   ctx.begin_call(op);
   const EmbeddingAllToAllArgs& a0 = all[0];
   const std::int64_t T = static_cast<std::int64_t>(a0.owner.size()), D = a0.dim;
@@ -209,7 +246,28 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
 
   Arena arena;
   std::vector<EmbRank> ranks(P);
+  // Process mode: every rank's out, recv and stage at the same offsets of its heap (sizes from
+  // agreed fields only); a peer's as this rank reaches it (mapped, or a shadow for the proxy).
+  const std::size_t out_off = 0, recv_off = align_up(pl.recv_bytes()),
+                    stage_off = recv_off + align_up(pl.recv_bytes());
+  Process* process = ctx.process();
+#if defined(FC_GPU_PROCESS)
+  if (process != nullptr) {
+    process->reserve(stage_off + align_up(pl.stage_bytes()));
+    for (int r = 0; r < P; ++r) {
+      unsigned char* base = process->peer_heap(r);
+      ranks[r].out = reinterpret_cast<float*>(base + out_off);
+      ranks[r].recv = reinterpret_cast<float*>(base + recv_off);
+      ranks[r].stage = reinterpret_cast<float*>(base + stage_off);
+    }
+    poison_device(ranks[me_only].out, batch[me_only] * T * D);
+    // No peer stores into this rank's output before it is poisoned, nor into a heap that some
+    // rank has not finished mapping.
+    process->exchange("", "to start " + op);
+  }
+#endif
   for (int r = 0; r < P; ++r) {
+    if (process != nullptr && r != me_only) continue;  // a peer's tables stay with the peer
     std::vector<EmbTable> tables;
     for (const EmbeddingTableShard& sh : all[r].local_tables) {
       const std::int64_t rows = sh.weights.size(0);
@@ -223,6 +281,7 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
       tables.push_back(tb);
     }
     ranks[r].tables = arena.upload(tables);
+    if (process != nullptr) continue;
     ranks[r].out = arena.alloc_poisoned(batch[r] * T * D);
     ranks[r].stage = arena.alloc<float>(pl.stage_floats());
     ranks[r].recv = arena.alloc<float>(batch[r] * T * D);
@@ -245,7 +304,7 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   std::vector<std::int64_t> piece_begin(P + 1, 0);
   std::vector<std::int64_t> piece_count(static_cast<std::size_t>(P * P), 0);
   std::int64_t most_items = most;
-  if (mode == Mode::scale_out)
+  if (mode == Mode::scale_out || push_unfused)
     for (int me = 0; me < P; ++me) {
       for (int q : remote_first(me, P)) {
         if (q == me || pl.tiles(me, q) == 0) continue;
@@ -275,6 +334,14 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   p.piece_begin = arena.upload(piece_begin);
   p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
+  p.me = me_only;
+  p.heap = -1;
+#if defined(FC_GPU_PROCESS)
+  if (process != nullptr) p.heap = process->heap_id();
+#endif
+  p.out_off = out_off;
+  p.recv_off = recv_off;
+  p.unpack_self = 0;
 
   std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
       done_target(static_cast<std::size_t>(P * P), 0), sent_target(static_cast<std::size_t>(P * P), 0);
@@ -283,14 +350,14 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     for (int me = 0; me < P; ++me)
       for (int src = 0; src < P; ++src)
         wait_target[me * P + src] = ctx.expect(me, p.from + src, pl.tiles(src, me));
-  } else if (mode == Mode::scale_out) {
+  } else if (mode == Mode::scale_out || push_unfused) {
     p.done = ctx.slots("emb.done", P);
     p.arrive = ctx.slots("emb.arrive", P);
     p.sent = ctx.slots("emb.sent", P);
     for (int me = 0; me < P; ++me)
       for (int o = 0; o < P; ++o) {
         if (o == me) continue;
-        done_target[me * P + o] = ctx.expect(me, p.done + o, pl.tiles(me, o));
+        done_target[me * P + o] = ctx.expect(me, p.done + o, push_unfused ? 0 : pl.tiles(me, o));
         sent_target[me * P + o] =
             ctx.expect(me, p.sent + o, static_cast<std::uint64_t>(piece_count[me * P + o]));
         // A source sends a slice (one signal) exactly when it has tiles for us.
@@ -313,22 +380,35 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
         emb_scale_out, std::max(most_items, (max_b * max_tp * D + kThreads - 1) / kThreads));
   } else {
     g1 = ctx.blocks_per_rank(emb_pool, most);
-    g2 = ctx.blocks_per_rank(emb_gather, elem_blocks);
+    g2 = push_unfused ? ctx.blocks_per_rank(emb_scale_out, std::max(most_items - most, elem_blocks))
+                      : ctx.blocks_per_rank(emb_gather, elem_blocks);
   }
+  // The push exchange: the scale_out kernel over no tiles, its own work-queue counters.
+  EmbParams push = p;
+  if (push_unfused) {
+    push.tile_begin = arena.upload(std::vector<std::int64_t>(P + 1, 0));
+    push.claims = arena.alloc_zeroed<unsigned long long>(P);
+    push.unpack_self = 1;
+  }
+  const int gy = process != nullptr ? 1 : P;  // process mode: this rank's blocks only
   ctx.start_timing();
   if (mode == Mode::scale_up) {
-    emb_scale_up<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+    emb_scale_up<<<dim3(g1, gy), threads, 0, ctx.stream()>>>(p);
   } else if (mode == Mode::scale_out) {
-    emb_scale_out<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+    emb_scale_out<<<dim3(g1, gy), threads, 0, ctx.stream()>>>(p);
   } else {
-    emb_pool<<<dim3(g1, P), threads, 0, ctx.stream()>>>(p);
+    emb_pool<<<dim3(g1, gy), threads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    emb_gather<<<dim3(g2, P), threads, 0, ctx.stream()>>>(p);
+    if (push_unfused)
+      emb_scale_out<<<dim3(g2, gy), threads, 0, ctx.stream()>>>(push);
+    else
+      emb_gather<<<dim3(g2, gy), threads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();
   ctx.finish(op);
 
   for (int r = 0; r < P; ++r) {
+    if (process != nullptr && r != me_only) continue;
     const TensorView& o = all[r].output;
     // [B_r, T, D] with unit inner stride: rows of D floats at (i, t); copy per (i, t) row when
     // the view is padded, else in one piece.

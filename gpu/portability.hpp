@@ -52,6 +52,16 @@ using gpuDeviceProp = hipDeviceProp_t;
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventElapsedTime hipEventElapsedTime
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
+// Process mode (gpu/process.cpp): pinned host memory mapped into the device, and IPC handles.
+using gpuIpcMemHandle_t = hipIpcMemHandle_t;
+#define gpuHostAlloc hipHostMalloc
+#define gpuHostAllocMapped hipHostMallocMapped
+#define gpuHostGetDevicePointer hipHostGetDevicePointer
+#define gpuFreeHost hipHostFree
+#define gpuIpcGetMemHandle hipIpcGetMemHandle
+#define gpuIpcOpenMemHandle hipIpcOpenMemHandle
+#define gpuIpcCloseMemHandle hipIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
 #else
 using gpuError_t = cudaError_t;
 using gpuStream_t = cudaStream_t;
@@ -83,6 +93,15 @@ using gpuDeviceProp = cudaDeviceProp;
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
+using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
+#define gpuHostAlloc cudaHostAlloc
+#define gpuHostAllocMapped cudaHostAllocMapped
+#define gpuHostGetDevicePointer cudaHostGetDevicePointer
+#define gpuFreeHost cudaFreeHost
+#define gpuIpcGetMemHandle cudaIpcGetMemHandle
+#define gpuIpcOpenMemHandle cudaIpcOpenMemHandle
+#define gpuIpcCloseMemHandle cudaIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 #endif
 
 /// A kernel's launch bounds: `threads` per block and, on NVIDIA, at least `blocks` resident per

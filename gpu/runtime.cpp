@@ -7,6 +7,9 @@
 #include <sstream>
 
 #include "fusedcoll/inputs.hpp"
+#if defined(FC_GPU_PROCESS)
+#include "gpu/process.hpp"
+#endif
 
 namespace fusedcoll::gpu {
 
@@ -28,14 +31,17 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void poison_device(float* p, std::int64_t n) {
+  if (n <= 0) return;
+  std::vector<float> poison_host(static_cast<std::size_t>(n));
+  poison(poison_host.data(), poison_host.size() * sizeof(float));
+  FC_CHECK_GPU(
+      gpuMemcpy(p, poison_host.data(), poison_host.size() * sizeof(float), gpuMemcpyHostToDevice));
+}
+
 float* Arena::alloc_poisoned(std::int64_t n) {
   float* p = alloc<float>(n);
-  if (n > 0) {
-    std::vector<float> poison_host(static_cast<std::size_t>(n));
-    poison(poison_host.data(), poison_host.size() * sizeof(float));
-    FC_CHECK_GPU(gpuMemcpy(p, poison_host.data(), poison_host.size() * sizeof(float),
-                           gpuMemcpyHostToDevice));
-  }
+  poison_device(p, n);
   return p;
 }
 
@@ -68,9 +74,29 @@ void download_rows(const float* dev, std::int64_t rows, std::int64_t cols, float
     std::memcpy(host + r * ld, tmp.data() + r * cols, static_cast<std::size_t>(cols) * sizeof(float));
 }
 
-Context::Context(int world_size, int device, double timeout_s)
-    : P_(world_size), device_(device), timeout_s_(timeout_s) {
+void ProcessDeleter::operator()(Process* p) const noexcept {
+#if defined(FC_GPU_PROCESS)
+  delete p;
+#else
+  (void)p;  // never made without process mode
+#endif
+}
+
+Context::Context(int world_size, int device, double timeout_s, ProcessPtr process)
+    : process_(std::move(process)),
+      sharing_(world_size),
+      P_(world_size),
+      device_(device),
+      timeout_s_(timeout_s) {
   FC_ENFORCE_GE(world_size, 1, "world_size");
+#if defined(FC_GPU_PROCESS)
+  if (process_) {
+    me_ = process_->rank();
+    sharing_ = process_->sharing();
+    FC_ENFORCE_EQ(process_->size(), world_size, "process mode's world size");
+    FC_ENFORCE_EQ(process_->device(), device, "process mode's device");
+  }
+#endif
   int count = 0;
   const gpuError_t e = gpuGetDeviceCount(&count);
   if (e != gpuSuccess || count == 0)
@@ -85,20 +111,23 @@ Context::Context(int world_size, int device, double timeout_s)
   FC_CHECK_GPU(gpuStreamCreate(&stream_));
   FC_CHECK_GPU(gpuEventCreate(&start_));
   FC_CHECK_GPU(gpuEventCreate(&stop_));
-  slots_ = DeviceBuffer(static_cast<std::size_t>(P_) * kSlotsPerRank * sizeof(std::uint64_t));
+  // Process mode: the slots are the process's own, allocated and shared by `process_`.
+  if (!process_)
+    slots_ = DeviceBuffer(static_cast<std::size_t>(P_) * kSlotsPerRank * sizeof(std::uint64_t));
   record_ = DeviceBuffer(sizeof(TimeoutRecord));
   issued_.assign(static_cast<std::size_t>(P_) * kSlotsPerRank, 0);
   reset_slots();
 }
 
 Context::~Context() {
+  process_.reset();
   (void)gpuEventDestroy(start_);
   (void)gpuEventDestroy(stop_);
   (void)gpuStreamDestroy(stream_);
 }
 
 void Context::reset_slots() {
-  FC_CHECK_GPU(gpuMemset(slots_.get(), 0, slots_.bytes()));
+  if (!process_) FC_CHECK_GPU(gpuMemset(slots_.get(), 0, slots_.bytes()));
   FC_CHECK_GPU(gpuMemset(record_.get(), 0, sizeof(TimeoutRecord)));
   std::fill(issued_.begin(), issued_.end(), 0);
 }
@@ -109,11 +138,17 @@ SyncView Context::view() const noexcept {
   v.slots_per_rank = kSlotsPerRank;
   v.record = record_.as<TimeoutRecord>();
   v.timeout_ticks = static_cast<std::uint64_t>(timeout_s_ * port::kDeviceClockHz);
+#if defined(FC_GPU_PROCESS)
+  if (process_) process_->fill(v);
+#endif
   return v;
 }
 
 void Context::begin_call(const std::string& op) {
   FC_CHECK_GPU(gpuSetDevice(device_));  // host threads of `World::run` start on device 0
+#if defined(FC_GPU_PROCESS)
+  if (process_) process_->begin_call(op);
+#endif
   op_ = op;
   names_.clear();
   next_slot_ = 0;
@@ -141,13 +176,17 @@ std::uint64_t Context::issued(int rank, int slot) const {
 }
 
 int Context::fit_blocks(int per_sm, std::int64_t work) const {
+  // Single mode: all P ranks' blocks in one launch. Process mode: this rank's launch beside those
+  // of the ranks sharing its device (they run at once only where the device runs several
+  // processes' kernels together, e.g. under CUDA MPS; otherwise they take turns).
+  const int ranks = process_ ? sharing_ : P_;
   const std::int64_t resident = static_cast<std::int64_t>(per_sm) * sms_;
-  if (resident < P_)
-    throw UnsupportedError(detail::make_string(
-        "fusedcoll gpu: ", op_, ": only ", resident, " blocks of ", kThreads,
-        " threads can be resident on ", name_, ", fewer than the ", P_,
-        " virtual ranks that must all run at once"));
-  return static_cast<int>(std::clamp<std::int64_t>(work, 1, resident / P_));
+  if (resident < ranks)
+    throw UnsupportedError(
+        detail::make_string("fusedcoll gpu: ", op_, ": only ", resident, " blocks of ", kThreads,
+                            " threads can be resident on ", name_, ", fewer than the ", ranks,
+                            " ranks that must all run at once"));
+  return static_cast<int>(std::clamp<std::int64_t>(work, 1, resident / ranks));
 }
 
 void Context::start_timing() {
@@ -168,6 +207,16 @@ void Context::finish(const std::string& op) {
   }
   TimeoutRecord rec{};
   FC_CHECK_GPU(gpuMemcpy(&rec, record_.get(), sizeof rec, gpuMemcpyDeviceToHost));
+#if defined(FC_GPU_PROCESS)
+  if (process_ && rec.flag == 0) {
+    try {
+      process_->quiesce();  // every put and signal the kernels posted has left
+    } catch (...) {
+      process_->mark_failed();
+      throw;
+    }
+  }
+#endif
   if (rec.flag == 0) return;
   std::string slot_name = "unnamed";
   for (const SlotName& n : names_)
@@ -175,10 +224,23 @@ void Context::finish(const std::string& op) {
       slot_name = detail::make_string("'", n.name, "'[", rec.slot - n.base, "]");
   reset_slots();
   std::ostringstream os;
-  os << "fusedcoll gpu: timeout in " << op << ": rank " << rec.rank << " block " << rec.block
-     << " waited more than " << timeout_s_ << " s (FUSEDCOLL_TIMEOUT) for slot " << rec.slot
-     << " (" << slot_name << ") >= " << rec.expected << ", observed " << rec.observed
-     << " (all slots were reset; a missing signal or a block that never ran)";
+  if (rec.slot == kQueueFullSlot) {
+    os << "fusedcoll gpu: timeout in " << op << ": rank " << rec.rank << " block " << rec.block
+       << " found the proxy's queue full for more than " << timeout_s_
+       << " s (FUSEDCOLL_TIMEOUT): the proxy thread is stuck";
+  } else {
+    os << "fusedcoll gpu: timeout in " << op << ": rank " << rec.rank << " block " << rec.block
+       << " waited more than " << timeout_s_ << " s (FUSEDCOLL_TIMEOUT) for slot " << rec.slot
+       << " (" << slot_name << ") >= " << rec.expected << ", observed " << rec.observed
+       << (process_ ? "" : " (all slots were reset; a missing signal or a block that never ran)");
+  }
+#if defined(FC_GPU_PROCESS)
+  if (process_) {
+    // Peers may still be mid-call: this rank's World refuses further calls.
+    process_->mark_failed();
+    os << "; " << process_->describe(rec.slot);
+  }
+#endif
   throw TimeoutError(os.str());
 }
 

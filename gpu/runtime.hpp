@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/tensor.hpp"
 #include "gpu/portability.hpp"
+#include "gpu/proxy_queue.hpp"
 
 /// Throws `fusedcoll::BackendError` naming file:line, the call and the vendor's error string when
 /// a HIP/CUDA runtime call fails.
@@ -43,33 +45,127 @@ struct TimeoutRecord {
   std::uint64_t observed;
 };
 
-/// What a kernel needs to signal and wait: every rank's slot array and the timeout record.
+/// Process mode's routes (gpu/symmetric.hpp's process::Route, as the device reads them).
+inline constexpr std::uint8_t kRouteSelf = 0, kRouteIpc = 1, kRouteProxy = 2;
+
+/// What a kernel needs to signal and wait: every rank's slot array and the timeout record; in
+/// process mode also how each peer is reached (docs/gpu.md, "Process mode").
 struct SyncView {
-  std::uint64_t* slots = nullptr;  // [P][slots_per_rank], cumulative counters, never reset
+  std::uint64_t* slots = nullptr;  // single mode: [P][slots_per_rank], cumulative, never reset
   int slots_per_rank = 0;
   TimeoutRecord* record = nullptr;
   std::uint64_t timeout_ticks = 0;  // in port::device_clock() ticks
+  // Process mode; null / 0 in the single-GPU mode.
+  std::uint64_t* const* peer_slots = nullptr;  // [P]: rank's slots, IPC-mapped (null: proxied)
+  const std::uint8_t* route = nullptr;         // [P]: kRouteSelf / kRouteIpc / kRouteProxy
+  const std::uint64_t* inbound = nullptr;      // [slots_per_rank]: what the proxy landed (pinned)
+  proxy::QueueView queue{};                    // the proxy's request queue
+  int system = 0;  // 1: peers are other processes: system-scope fences and atomics
 };
+
+/// A wait that could not post into the proxy's queue records this slot (the queue stayed full).
+inline constexpr int kQueueFullSlot = -1;
 
 // ---------------------------------------------------------------------------------------------
 // Device side: every function here is called by all threads of a block (it contains barriers).
 
-/// The address of `rank`'s slot `slot`.
+/// The address of `rank`'s slot `slot` (its IPC mapping in process mode; never a proxied peer's).
 __device__ inline std::uint64_t* slot_ptr(const SyncView& s, int rank, int slot) {
+  if (s.peer_slots != nullptr) return s.peer_slots[rank] + slot;
   return s.slots + static_cast<std::size_t>(rank) * static_cast<std::size_t>(s.slots_per_rank) +
          static_cast<std::size_t>(slot);
+}
+
+/// Whether `peer` is reached through the host proxy (process mode only).
+__device__ inline bool proxied(const SyncView& s, int peer) {
+  return s.route != nullptr && s.route[peer] == kRouteProxy;
+}
+
+/// The proxy's producers on the device: a device-scope ticket counter, system-scope loads of the
+/// host-side tail, and a system fence before the record's `seq` so the host sees its fields
+/// first (gpu/proxy_queue.hpp).
+struct DeviceQueueOps {
+  __device__ static std::uint64_t fetch_add(std::uint64_t* p, std::uint64_t v) {
+    return static_cast<std::uint64_t>(
+        atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
+  }
+  __device__ static std::uint64_t load_acquire(const std::uint64_t* p) {
+    return port::atomic_load_acquire<port::Scope::system>(const_cast<std::uint64_t*>(p));
+  }
+  __device__ static void publish(std::uint64_t* seq, std::uint64_t v) {
+    port::fence<port::Scope::system>();
+    *reinterpret_cast<volatile std::uint64_t*>(seq) = v;
+  }
+  __device__ static std::uint64_t clock() { return port::device_clock(); }
+  __device__ static void pause() { port::pause(); }
+};
+
+/// Thread 0 of a block: posts `r` into the proxy's queue; a queue that stays full past the
+/// timeout fills the timeout record (slot kQueueFullSlot) so the call fails naming it.
+__device__ inline void post_record(const SyncView& s, int me, const proxy::Record& r) {
+  if (proxy::post<DeviceQueueOps>(s.queue, r)) return;
+  if (port::atomic_cas(&s.record->flag, 0u, 2u) == 0u) {
+    s.record->rank = me;
+    s.record->block = static_cast<int>(blockIdx.x);
+    s.record->slot = kQueueFullSlot;
+    s.record->expected = 0;
+    s.record->observed = 0;
+    port::fence<port::Scope::system>();
+    *reinterpret_cast<volatile unsigned int*>(&s.record->flag) = 1u;
+  }
+}
+
+/// A put to a proxied peer (the device side of the put half of the public API's put_nbi): the
+/// block's earlier writes of [src, src + bytes) in this process's memory travel to `peer`'s
+/// symmetric buffer `buffer` at byte `offset` once the proxy takes the record. The source must
+/// stay unchanged until the call ends (staging slices, a shadow of the peer's output). Called by
+/// every thread of the block; a no-op for IPC peers (their bytes were stored in place).
+__device__ inline void block_put(const SyncView& s, int me, int peer, int buffer,
+                                 std::uint64_t offset, const void* src, std::uint64_t bytes) {
+  if (!proxied(s, peer)) return;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    post_record(s, me,
+                proxy::make_put(peer, buffer, offset, reinterpret_cast<std::uint64_t>(src), bytes,
+                                static_cast<int>(blockIdx.x)));
 }
 
 /// Adds `v` to `peer`'s slot once every thread of the block has finished its earlier writes (put
 /// before signal): the barrier collects the block's writes at thread 0, whose fence is cumulative
 /// over them, and the release-add publishes them to any block whose acquire sees the new value.
+/// In process mode the add is system-scoped (IPC peers are other processes), or, for a proxied
+/// peer, a signal record posted after the block's put records (the proxy keeps their order).
 template <port::Scope S = port::Scope::device>
-__device__ inline void block_signal(const SyncView& s, int peer, int slot, std::uint64_t v) {
+__device__ inline void block_signal(const SyncView& s, int peer, int slot, std::uint64_t v,
+                                    int me = -1) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    port::fence<S>();
-    port::atomic_add_release<S>(slot_ptr(s, peer, slot), v);
+    if (s.system != 0) {
+      port::fence<port::Scope::system>();
+      if (proxied(s, peer))
+        post_record(s, me, proxy::make_signal(peer, slot, v, static_cast<int>(blockIdx.x)));
+      else
+        port::atomic_add_release<port::Scope::system>(slot_ptr(s, peer, slot), v);
+    } else {
+      port::fence<S>();
+      port::atomic_add_release<S>(slot_ptr(s, peer, slot), v);
+    }
   }
+}
+
+/// This rank's slot as a waiter sees it: the device slot plus, in process mode, what the proxy
+/// landed on it (a separate counter in pinned host memory, so that the host never has to add
+/// atomically into device memory).
+template <port::Scope S>
+__device__ inline std::uint64_t slot_value(const SyncView& s, std::uint64_t* p, int slot,
+                                           bool acquire) {
+  std::uint64_t v = acquire ? port::atomic_load_acquire<S>(p) : port::atomic_load_relaxed<S>(p);
+  if (s.inbound != nullptr) {
+    auto* q = const_cast<std::uint64_t*>(s.inbound) + slot;
+    v += acquire ? port::atomic_load_acquire<port::Scope::system>(q)
+                 : port::atomic_load_relaxed<port::Scope::system>(q);
+  }
+  return v;
 }
 
 /// Waits until this rank's slot `slot` reaches `target` (targets are cumulative, computed by the
@@ -77,17 +173,24 @@ __device__ inline void block_signal(const SyncView& s, int peer, int slot, std::
 /// block's wait did (the kernel is being abandoned); callers then return from the kernel.
 template <port::Scope S = port::Scope::device>
 __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint64_t target) {
+  if constexpr (S == port::Scope::device) {
+    if (s.system != 0) {  // peers in other processes: system scope throughout
+      SyncView sys = s;
+      sys.system = 0;
+      return block_wait<port::Scope::system>(sys, me, slot, target);
+    }
+  }
   __shared__ int ok;
   if (threadIdx.x == 0) {
     int result = 1;
     std::uint64_t* p = slot_ptr(s, me, slot);
-    std::uint64_t v = port::atomic_load_acquire<S>(p);
+    std::uint64_t v = slot_value<S>(s, p, slot, true);
     if (v < target) {
       const std::uint64_t t0 = port::device_clock();
       volatile unsigned int* flag = &s.record->flag;
       // Polls with relaxed loads: an acquire load per poll invalidates the SM's L1 every
       // iteration under the blocks still working there; the acquire below orders what follows.
-      while ((v = port::atomic_load_relaxed<S>(p)) < target) {
+      while ((v = slot_value<S>(s, p, slot, false)) < target) {
         if (*flag != 0u) {
           result = 0;
           break;
@@ -107,7 +210,7 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
         }
         port::pause();
       }
-      if (result != 0) v = port::atomic_load_acquire<S>(p);
+      if (result != 0) v = slot_value<S>(s, p, slot, true);
     }
     port::fence<S>();  // later reads of the block (after the barrier) see what the signal published
     ok = result;
@@ -255,6 +358,12 @@ class Arena {
   std::vector<DeviceBuffer> buffers_;
 };
 
+/// `n` rounded up to 256 bytes: the start of the next region carved from one allocation.
+inline std::size_t align_up(std::size_t n) { return (n + 255) & ~std::size_t{255}; }
+
+/// Fills `n` device floats with the poison pattern (fusedcoll::kPoisonBits).
+void poison_device(float* p, std::int64_t n);
+
 /// Copies the rows of a view into a contiguous vector (`rows` x `cols` elements of `T`).
 template <class T>
 std::vector<T> pack(const ConstTensorView& v, std::int64_t rows, std::int64_t cols) {
@@ -286,16 +395,28 @@ struct SlotName {
   std::string name;
 };
 
+class Process;  // gpu/process.hpp: process mode's peers, heap and proxy
+/// Owns a Process where its type is incomplete (builds without process mode never make one).
+struct ProcessDeleter {
+  void operator()(Process* p) const noexcept;
+};
+using ProcessPtr = std::unique_ptr<Process, ProcessDeleter>;
+
 /// The per-World device state: one stream, the slot arrays of all ranks and their host-side
-/// cumulative counts, the timeout record, and launch sizing.
+/// cumulative counts, the timeout record, and launch sizing. In process mode (`process` given)
+/// it is one rank's: the slots are its own, shared with its peers by `process`.
 class Context {
  public:
-  Context(int world_size, int device, double timeout_s);
+  Context(int world_size, int device, double timeout_s, ProcessPtr process = nullptr);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   int world_size() const noexcept { return P_; }
+  /// Process mode: this process's rank; -1 in the single-GPU mode (every rank is here).
+  int me() const noexcept { return me_; }
+  /// Process mode's state (null in the single-GPU mode).
+  Process* process() const noexcept { return process_.get(); }
   int sms() const noexcept { return sms_; }
   const std::string& device_name() const noexcept { return name_; }
   gpuStream_t stream() const noexcept { return stream_; }
@@ -334,6 +455,9 @@ class Context {
 
  private:
   void reset_slots();
+  ProcessPtr process_;
+  int me_ = -1;
+  int sharing_ = 1;  // ranks whose kernels share this device at once
   int P_ = 1;
   int device_ = 0;
   int sms_ = 1;

@@ -111,6 +111,54 @@ int pick_device(int requested, int local_rank, int visible) {
   return local_rank % visible;
 }
 
+namespace {
+
+/// Completes `req`, polling, or throws TimeoutError after `timeout_s`.
+void wait_for(MPI_Request& req, int rank, double timeout_s, const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s)
+      // The request stays pending: the caller's communicator is unusable from here on.
+      throw TimeoutError(detail::make_string("fusedcoll gpu: rank ", rank, " waited more than ",
+                                             timeout_s, " s (FUSEDCOLL_TIMEOUT) for every rank ",
+                                             what, ": some rank never joined"));
+    if (polls > 100) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> allgather_bytes(MPI_Comm comm, const std::string& blob, double timeout_s,
+                                         const std::string& what) {
+  int rank = 0, size = 1;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const int mine = static_cast<int>(blob.size());
+  std::vector<int> lens(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, comm, &req),
+            "MPI_Iallgather");
+  wait_for(req, rank, timeout_s, what);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<std::size_t>(r)] = total;
+    total += lens[static_cast<std::size_t>(r)];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  check_mpi(MPI_Iallgatherv(blob.data(), mine, MPI_BYTE, all.data(), lens.data(), displs.data(),
+                            MPI_BYTE, comm, &req),
+            "MPI_Iallgatherv");
+  wait_for(req, rank, timeout_s, what);
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
+                             static_cast<std::size_t>(lens[static_cast<std::size_t>(r)])));
+  return out;
+}
+
 HandleExchange::HandleExchange(MPI_Comm comm, double timeout_s)
     : comm_(comm), timeout_s_(timeout_s) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -124,24 +172,16 @@ std::vector<IpcHandle> HandleExchange::exchange(const std::string& name, std::si
   e.bytes = bytes;
   std::strncpy(e.name, name.c_str(), sizeof e.name - 1);
   e.handle = mine;
+  const std::vector<std::string> blobs =
+      allgather_bytes(comm_, std::string(reinterpret_cast<const char*>(&e), sizeof e), timeout_s_,
+                      detail::make_string("to make symmetric allocation #", count_, " ('", name,
+                                          "', ", bytes, " bytes)"));
   std::vector<Entry> all(static_cast<std::size_t>(size_));
-  MPI_Request req = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallgather(&e, sizeof e, MPI_BYTE, all.data(), sizeof e, MPI_BYTE, comm_, &req),
-            "MPI_Iallgather");
-  const auto start = std::chrono::steady_clock::now();
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-        timeout_s_) {
-      // The request stays pending: this communicator cannot allocate again (the caller fails).
-      throw TimeoutError(detail::make_string(
-          "fusedcoll gpu: rank ", rank_, " waited more than ", timeout_s_,
-          " s (FUSEDCOLL_TIMEOUT) for every rank to make symmetric allocation #", count_, " ('",
-          name, "', ", bytes, " bytes): some rank never made it"));
-    }
-    if (polls > 100) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  for (int r = 0; r < size_; ++r) {
+    FC_CHECK_INTERNAL(blobs[static_cast<std::size_t>(r)].size() == sizeof(Entry),
+                      "symmetric allocation entry of rank ", r);
+    std::memcpy(&all[static_cast<std::size_t>(r)], blobs[static_cast<std::size_t>(r)].data(),
+                sizeof(Entry));
   }
   ++count_;
   bool agree = true;

@@ -52,6 +52,11 @@ int local_size(const std::vector<int>& node_of, int me);
 /// with fewer GPUs than ranks). InvalidArgument when no device is visible.
 int pick_device(int requested, int local_rank, int visible);
 
+/// Every rank's `blob` (index = rank; lengths may differ), through nonblocking allgathers polled
+/// under `timeout_s`: TimeoutError names `what` and this rank when some rank never joins.
+std::vector<std::string> allgather_bytes(MPI_Comm comm, const std::string& blob, double timeout_s,
+                                         const std::string& what);
+
 /// An IPC memory handle as bytes (cudaIpcMemHandle_t / hipIpcMemHandle_t).
 using IpcHandle = std::array<unsigned char, 64>;
 

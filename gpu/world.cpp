@@ -5,10 +5,10 @@
 // kernels whose blocks wait for other ranks' blocks need; P launches on P streams would give no
 // such guarantee.
 //
-// Multi-GPU mode (one process or MPI rank per GPU, peers' buffers opened through IPC handles) fits
-// the same kernels: a rank's kernel would take the peers' mapped pointers in `ranks[]` and its
-// own rank in place of blockIdx.y, and signal at system scope. It is not implemented
-// (docs/gpu.md).
+// Process mode (one rank per MPI process, docs/gpu.md "Process mode") runs the same kernels: a
+// rank's launch takes the peers' IPC-mapped (or shadowed, for the proxy) addresses in `ranks[]`
+// and its own rank in place of blockIdx.y, and signals at system scope; its Context holds a
+// gpu/process.hpp Process, and each call meets its peers in agree_world instead of the rendezvous.
 
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +21,11 @@
 #include "fusedcoll/gpu.hpp"
 #include "gpu/collectives.hpp"
 #include "gpu/ops.hpp"
+#if defined(FC_GPU_PROCESS)
+#include <mpi.h>
+
+#include "gpu/process.hpp"
+#endif
 
 namespace fusedcoll::gpu {
 namespace {
@@ -64,8 +69,59 @@ bool available() noexcept {
 
 const char* vendor() noexcept { return FC_GPU_VENDOR; }
 
+namespace {
+
+bool process_placement(const WorldOptions& o) {
+  if (o.placement == Placement::from_environment) return env().gpu_mode == Env::GpuMode::process;
+  return o.placement == Placement::process;
+}
+
+double timeout_of(const WorldOptions& o) { return o.timeout_s > 0 ? o.timeout_s : env().timeout_s; }
+
+#if defined(FC_GPU_PROCESS)
+/// MPI for process mode: initialised here unless the program did (then finalised by ~World).
+struct MpiSession {
+  bool owned = false;
+  MpiSession() {
+    int init = 0;
+    MPI_Initialized(&init);
+    int provided = 0;
+    if (!init) {
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      owned = true;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw BackendError(
+          "fusedcoll gpu: process mode needs MPI_THREAD_MULTIPLE (its proxy thread calls MPI)");
+  }
+  ~MpiSession() {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (owned && !done) MPI_Finalize();
+  }
+};
+
+ProcessPtr make_process(const WorldOptions& o) {
+  ProcessSetup setup;
+  setup.comm = MPI_COMM_WORLD;
+  setup.device = o.device;
+  setup.timeout_s = timeout_of(o);
+  setup.proxy = env().gpu_proxy;
+  return ProcessPtr(new Process(setup));
+}
+#endif
+
+Context make_context(const WorldOptions& o);
+
+}  // namespace
+
 struct World::State {
   WorldOptions options;
+#if defined(FC_GPU_PROCESS)
+  std::unique_ptr<MpiSession> mpi;  // before ctx: MPI outlives the Process in ctx
+#endif
   Context ctx;
 
   // The rendezvous of `run`'s host threads.
@@ -81,8 +137,12 @@ struct World::State {
 
   explicit State(const WorldOptions& o)
       : options(o),
-        ctx(o.world_size, o.device, o.timeout_s > 0 ? o.timeout_s : env().timeout_s),
-        args(static_cast<std::size_t>(o.world_size), nullptr) {}
+#if defined(FC_GPU_PROCESS)
+        mpi(process_placement(o) ? std::make_unique<MpiSession>() : nullptr),
+#endif
+        ctx(make_context(o)),
+        args(static_cast<std::size_t>(ctx.world_size()), nullptr) {
+  }
 
   /// Every rank's call of `name` meets here; the last one runs `work` with all ranks' arguments.
   template <class Work>
@@ -134,6 +194,61 @@ std::vector<Args> gather(const std::vector<const void*>& raw) {
   for (const void* p : raw) all.push_back(*static_cast<const Args*>(p));
   return all;
 }
+
+Context make_context(const WorldOptions& o) {
+  if (!process_placement(o))
+    return Context(o.world_size, o.device < 0 ? 0 : o.device, timeout_of(o));
+#if defined(FC_GPU_PROCESS)
+  ProcessPtr p = make_process(o);
+  const int size = p->size(), device = p->device();
+  return Context(size, device, timeout_of(o), std::move(p));
+#else
+  throw UnsupportedError(
+      "fusedcoll gpu: process mode (FUSEDCOLL_GPU_MODE=process) needs a build with MPI "
+      "(FUSEDCOLL_GPU_PROCESS)");
+#endif
+}
+
+/// This process's rank in process mode: every call meets the peers' in agree_world.
+class ProcessBackend final : public Backend {
+ public:
+  explicit ProcessBackend(Context& ctx) : ctx_(ctx) {}
+  int rank() const noexcept override { return ctx_.me(); }
+  int size() const noexcept override { return ctx_.world_size(); }
+  void barrier() override {
+#if defined(FC_GPU_PROCESS)
+    ctx_.process()->exchange("", "to reach the barrier");
+#endif
+  }
+  void embedding_alltoall(const EmbeddingAllToAllArgs& args, Mode mode) override {
+#if defined(FC_GPU_PROCESS)
+    const std::string op = std::string("embedding_alltoall ") + to_string(mode);
+    const std::vector<EmbeddingAllToAllArgs> all = agree_world(*ctx_.process(), args, op);
+    ops::embedding_alltoall(ctx_, all, mode);
+#else
+    (void)args;
+    (void)mode;
+#endif
+  }
+  void gemv_allreduce(const GemvAllReduceArgs&, Mode) override { missing("gemv_allreduce"); }
+  void gemm_alltoall(const GemmAllToAllArgs&, Mode) override { missing("gemm_alltoall"); }
+  void all_reduce(const AllReduceArgs&) override { missing("all_reduce"); }
+  void all_to_allv(const AllToAllvArgs&) override { missing("all_to_allv"); }
+  void reduce_scatter(const ReduceScatterArgs&) override { missing("reduce_scatter"); }
+  void all_gather(const AllGatherArgs&) override { missing("all_gather"); }
+  void broadcast(const BroadcastArgs&) override { missing("broadcast"); }
+
+ private:
+  /// What process mode does not run yet (docs/gpu.md, "What was verified, what remains"): an
+  /// error, the same on every rank, before anything moves.
+  [[noreturn]] static void missing(const char* op) {
+    throw UnsupportedError(
+        detail::make_string("fusedcoll gpu: ", op,
+                            " is not implemented in process mode yet (docs/gpu.md, 'What "
+                            "remains'); embedding_alltoall is, in every mode"));
+  }
+  Context& ctx_;
+};
 
 /// One rank's `Backend`: every call is a rendezvous of all ranks.
 class RankBackend final : public Backend {
@@ -203,42 +318,72 @@ World::~World() = default;
 
 int World::size() const noexcept { return state_->ctx.world_size(); }
 
+int World::rank() const noexcept { return state_->ctx.me() < 0 ? 0 : state_->ctx.me(); }
+
+bool World::process_mode() const noexcept { return state_->ctx.me() >= 0; }
+
+namespace {
+/// The all-ranks-at-once calls need every rank's arguments in this process.
+void require_single(const Context& ctx, const char* op) {
+  if (ctx.me() >= 0)
+    throw InvalidArgument(detail::make_string(
+        "fusedcoll gpu: ", op,
+        " over all ranks' calls at once is the single-GPU mode's form; in "
+        "process mode each process makes its own rank's call inside World::run"));
+}
+}  // namespace
+
 std::string World::device_name() const { return state_->ctx.device_name(); }
 
 double World::last_kernel_ms() const noexcept { return state_->ctx.last_kernel_ms(); }
 
 void World::embedding_alltoall(std::span<const EmbeddingAllToAllArgs> ranks, Mode mode) {
+  require_single(state_->ctx, "embedding_alltoall");
   ops::embedding_alltoall(state_->ctx, ranks, mode);
 }
 
 void World::gemv_allreduce(std::span<const GemvAllReduceArgs> ranks, Mode mode) {
+  require_single(state_->ctx, "gemv_allreduce");
   ops::gemv_allreduce(state_->ctx, ranks, mode);
 }
 
 void World::gemm_alltoall(std::span<const GemmAllToAllArgs> ranks, Mode mode) {
+  require_single(state_->ctx, "gemm_alltoall");
   ops::gemm_alltoall(state_->ctx, ranks, mode);
 }
 
 void World::all_reduce(std::span<const AllReduceArgs> ranks) {
+  require_single(state_->ctx, "all_reduce");
   coll::all_reduce(state_->ctx, ranks);
 }
 
 void World::reduce_scatter(std::span<const ReduceScatterArgs> ranks) {
+  require_single(state_->ctx, "reduce_scatter");
   coll::reduce_scatter(state_->ctx, ranks);
 }
 
 void World::all_gather(std::span<const AllGatherArgs> ranks) {
+  require_single(state_->ctx, "all_gather");
   coll::all_gather(state_->ctx, ranks);
 }
 
 void World::all_to_allv(std::span<const AllToAllvArgs> ranks) {
+  require_single(state_->ctx, "all_to_allv");
   coll::all_to_allv(state_->ctx, ranks);
 }
 
-void World::broadcast(std::span<const BroadcastArgs> ranks) { coll::broadcast(state_->ctx, ranks); }
+void World::broadcast(std::span<const BroadcastArgs> ranks) {
+  require_single(state_->ctx, "broadcast");
+  coll::broadcast(state_->ctx, ranks);
+}
 
 void World::run(const std::function<void(Communicator&)>& per_rank) {
   State& s = *state_;
+  if (s.ctx.me() >= 0) {
+    Communicator comm(std::make_shared<ProcessBackend>(s.ctx));
+    per_rank(comm);
+    return;
+  }
   const int P = s.ctx.world_size();
   {
     std::lock_guard lk(s.m);

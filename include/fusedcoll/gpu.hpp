@@ -27,19 +27,33 @@ bool available() noexcept;
 /// "HIP" or "CUDA": the runtime this build was compiled for.
 const char* vendor() noexcept;
 
+/// Where a `World`'s ranks run (docs/gpu.md).
+enum class Placement {
+  from_environment,  ///< FUSEDCOLL_GPU_MODE (default: single_gpu)
+  single_gpu,        ///< P virtual ranks as blocks of one launch on one GPU, in this process
+  process,           ///< one rank per MPI process (run under mpiexec), over MPI_COMM_WORLD
+};
+
 /// Options of a `World`.
 struct WorldOptions {
-  /// Virtual ranks sharing the GPU.
+  /// Virtual ranks sharing the GPU (single_gpu; in process mode the size is MPI_COMM_WORLD's).
   int world_size = 4;
-  /// Which visible device.
-  int device = 0;
+  /// Which visible device; -1: device 0 (single_gpu), or the rank's local rank on its node modulo
+  /// the visible devices (process).
+  int device = -1;
+  /// single_gpu or process; FUSEDCOLL_GPU_MODE when from_environment.
+  Placement placement = Placement::from_environment;
   /// Seconds a device-side wait may spin before the kernel gives up and the call throws
   /// `TimeoutError` naming the rank, block, slot, expected and observed value; <= 0: from
   /// `FUSEDCOLL_TIMEOUT` (default 30).
   double timeout_s = 0;
 };
 
-/// P virtual ranks on one GPU.
+/// P virtual ranks on one GPU, or (process mode) this process's rank of an MPI job: peers on the
+/// same node are reached through CUDA/HIP IPC mappings of their symmetric memory and signals,
+/// peers on other nodes (every peer under FUSEDCOLL_GPU_PROXY=all) through a host proxy thread
+/// over MPI. Process mode initialises MPI (MPI_THREAD_MULTIPLE) if the program has not, and then
+/// finalises it when the World ends; it takes calls through `run` only, one rank's per process.
 class World {
  public:
   /// Throws `UnsupportedError` when no device is visible.
@@ -49,10 +63,15 @@ class World {
   World& operator=(const World&) = delete;
 
   int size() const noexcept;
+  /// Process mode: this process's rank; 0 in the single-GPU mode.
+  int rank() const noexcept;
+  /// Whether this World runs one rank per process.
+  bool process_mode() const noexcept;
   /// The device's name as the runtime reports it.
   std::string device_name() const;
 
-  /// SPMD, like `emu::World::run`: one host thread per rank, each with its `Communicator`. Every
+  /// SPMD, like `emu::World::run`: one host thread per rank, each with its `Communicator` (process
+  /// mode: `per_rank` runs once, for this process's rank, as under `mpi::run`). Every
   /// op call is a rendezvous; once every rank has entered it, one thread launches the kernels for
   /// all ranks and every rank returns with its output complete. A rank that throws makes the
   /// others' pending calls fail instead of hang; `run` rethrows the first error, prefixed with

@@ -21,4 +21,20 @@ class SignalProbe {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The same in process mode (tests/gpu/process_probe.cpp): this process's rank of MPI_COMM_WORLD
+/// on its own Context, peers through IPC or the proxy as FUSEDCOLL_GPU_PROXY says.
+class ProcessSignalProbe {
+ public:
+  explicit ProcessSignalProbe(double timeout_s);
+  ~ProcessSignalProbe();
+  int rank() const;
+  /// Rank 0's block 0 waits for one more signal from rank 1 on 'test.from'[1]; rank 1 sends it
+  /// only if `send_signal`. Rank 0 then throws the Context's TimeoutError.
+  void run(bool send_signal);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace fusedcoll::gpu::testing

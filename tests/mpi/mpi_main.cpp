@@ -11,32 +11,13 @@
 #include <optional>
 #include <string>
 
+#include "tests/common/mpi_gtest.hpp"
 #include "tests/mpi/mpi_world.hpp"
 
 namespace fctest {
 namespace {
 
 std::optional<fusedcoll::Communicator> g_world;
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  // The name is kept from OnTestStart: UnitTest::current_test_info() takes the lock that gtest
-  // holds while it reports a part result, so calling it here deadlocks.
-  void OnTestStart(const ::testing::TestInfo& t) override {
-    test_ = std::string(t.test_suite_name()) + "." + t.name();
-  }
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::printf("[rank %d] FAILED %s at %s:%d\n%s\n", rank_, test_.c_str(),
-                r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
-    std::fflush(stdout);
-  }
-
- private:
-  int rank_;
-  std::string test_;
-};
 
 }  // namespace
 
@@ -45,17 +26,7 @@ fusedcoll::Communicator& world() { return *g_world; }
 }  // namespace fctest
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new fctest::RankFailurePrinter(rank));
-  }
-  int rc = 0;
+  const int rank = fctest::mpi_gtest_init(argc, argv);
   try {
     // As many workgroups per rank as oneTBB has threads, even where ranks share the cores (the
     // backend's default gives them one each then): races between a rank's workgroups show only
@@ -68,17 +39,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (worst != 0) {
-    if (rank == 0)
-      std::printf("FAILED on rank(s) with status %d (see any [rank N] lines)\n", worst);
-    std::fflush(stdout);
-    // After a failure some rank's communicator may be unusable, and freeing the others' windows
-    // (a collective) could then wait forever: end the job instead.
-    MPI_Abort(MPI_COMM_WORLD, worst);
-  }
+  const int rc = RUN_ALL_TESTS();
+  const int worst = fctest::mpi_gtest_worst(rc, rank);
   fctest::g_world.reset();
   MPI_Finalize();
   return worst;

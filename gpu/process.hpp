@@ -1,0 +1,186 @@
+#pragma once
+// Process mode's device state (docs/gpu.md, "Process mode"): one rank per MPI process, its device,
+// its symmetric heap and signal slots shared with same-node peers through IPC handles, shadows of
+// the proxied peers' heaps, the proxy's queue in pinned memory, and the proxy itself. A Context in
+// process mode holds one (gpu/runtime.hpp); the op launchers carve their buffers from the heap at
+// offsets that depend only on agreed arguments, so an offset names the same bytes on every rank.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fusedcoll/detail/agreement.hpp"
+#include "fusedcoll/detail/validate.hpp"
+#include "fusedcoll/env.hpp"
+#include "gpu/proxy.hpp"
+#include "gpu/runtime.hpp"
+#include "gpu/symmetric.hpp"
+
+namespace fusedcoll::gpu {
+
+struct ProcessSetup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int device = -1;  ///< -1: local rank modulo the visible devices
+  double timeout_s = 30;
+  Env::GpuProxy proxy = Env::GpuProxy::automatic;
+};
+
+class Process {
+ public:
+  /// Collective over `setup.comm` (works on a duplicate): picks and sets the device, allocates and
+  /// maps the signal slots, and starts the proxy.
+  explicit Process(const ProcessSetup& setup);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int device() const noexcept { return device_; }
+  /// Ranks whose kernels share this rank's device (occupancy is divided among them).
+  int sharing() const noexcept { return sharing_; }
+  const std::vector<process::Route>& routes() const noexcept { return routes_; }
+
+  /// Fills the process-mode fields of a kernel's SyncView.
+  void fill(SyncView& v) const;
+
+  /// Every rank's `blob` (index = rank), with a timeout: the call's entry rendezvous, which also
+  /// keeps a rank from writing into a peer's heap before that peer has finished its last call.
+  std::vector<std::string> exchange(const std::string& blob, const std::string& what);
+
+  /// Collective, with the same value on every rank (from agreed arguments only): makes the
+  /// symmetric heap at least `bytes`, mapping the new one into IPC peers and shadowing it for
+  /// proxied peers. The caller meets its peers again (`exchange`) before any rank's kernel may
+  /// write into a peer's new heap.
+  void reserve(std::size_t bytes);
+  /// The current heap's id (a put record's buffer) and this rank's heap.
+  int heap_id() const noexcept { return heap_id_; }
+  unsigned char* heap() const noexcept { return heap_; }
+  /// Where this rank's kernels write `peer`'s heap: its IPC mapping, this rank's own heap, or this
+  /// rank's shadow of a proxied peer's heap (whose bytes then travel as put records).
+  unsigned char* peer_heap(int peer) const;
+
+  /// Starts a call: refuses after a failed one (peers' state is unknown then).
+  void begin_call(const std::string& op);
+  void mark_failed() noexcept { failed_ = true; }
+  /// After the kernels: every record the device posted was sent (TimeoutError naming the stuck
+  /// peer otherwise).
+  void quiesce();
+  /// The proxy's view of `slot`, for a wait's timeout report.
+  std::string describe(int slot) const;
+
+ private:
+  class Memory;
+  struct Mapping {
+    int peer = 0;
+    void* ptr = nullptr;
+  };
+  void release_heap() noexcept;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, device_ = 0, sharing_ = 1;
+  double timeout_s_ = 30;
+  bool failed_ = false;
+  std::string op_;
+  std::vector<process::Route> routes_;
+  std::unique_ptr<process::HandleExchange> handles_;
+  // Signal slots: this rank's (device memory, shared), the peers' as mapped, and what the proxy
+  // landed (pinned host memory the waits read).
+  DeviceBuffer slots_;
+  std::vector<std::uint64_t*> peer_slots_;
+  std::vector<Mapping> slot_maps_;
+  std::uint64_t* inbound_ = nullptr;  // pinned, mapped
+  // The heap. heap_mu_ guards what the proxy thread reads of it (Memory::write) against reserve.
+  std::mutex heap_mu_;
+  DeviceBuffer heap_buf_;
+  unsigned char* heap_ = nullptr;
+  std::size_t heap_bytes_ = 0;
+  int heap_id_ = -1;
+  std::vector<unsigned char*> peer_heap_;
+  std::vector<Mapping> heap_maps_;
+  std::vector<DeviceBuffer> shadows_;
+  // The device's view of the peers: [P] slot pointers and routes.
+  DeviceBuffer dev_peer_slots_, dev_routes_;
+  // The proxy's queue: the ring and tail pinned, the head in device memory.
+  proxy::Record* ring_ = nullptr;
+  std::uint64_t* tail_ = nullptr;
+  DeviceBuffer head_;
+  std::uint64_t capacity_ = 4096;
+  std::unique_ptr<Memory> memory_;
+  std::unique_ptr<proxy::Proxy> proxy_;
+};
+
+namespace agreement {
+
+/// A call's global fields (detail/agreement.hpp) as int64 words: scalars as themselves, lists as
+/// their length and elements, wire options field by field, exchanged lists too.
+template <class T>
+void put(std::string& out, const T& v) {
+  if constexpr (std::is_same_v<T, CompressionOptions>) {
+    detail::for_each_wire_field([&](const auto& f) { put(out, v.*f.member); });
+  } else if constexpr (requires { v.size(); }) {
+    put(out, static_cast<std::int64_t>(v.size()));
+    for (const auto& x : v) put(out, x);
+  } else {
+    const auto w = static_cast<std::int64_t>(v);
+    out.append(reinterpret_cast<const char*>(&w), sizeof w);
+  }
+}
+
+template <class T>
+void get(const std::string& in, std::size_t& at, T& v) {
+  if constexpr (std::is_same_v<T, CompressionOptions>) {
+    detail::for_each_wire_field([&](const auto& f) { get(in, at, v.*f.member); });
+  } else if constexpr (requires { v.size(); }) {
+    std::int64_t n = 0;
+    get(in, at, n);
+    FC_CHECK_INTERNAL(n >= 0 && static_cast<std::size_t>(n) <= in.size(), "agreement record");
+    v.resize(static_cast<std::size_t>(n));
+    for (auto& x : v) get(in, at, x);
+  } else {
+    std::int64_t w = 0;
+    FC_CHECK_INTERNAL(at + sizeof w <= in.size(), "short agreement record");
+    std::memcpy(&w, in.data() + at, sizeof w);
+    at += sizeof w;
+    if constexpr (std::is_same_v<T, bool>)
+      v = w != 0;
+    else
+      v = static_cast<T>(w);
+  }
+}
+
+}  // namespace agreement
+
+/// Process mode's entry of a call: validates this rank's own arguments, exchanges every rank's
+/// global fields (the rendezvous), and checks their agreement as the single mode does with every
+/// rank's call in memory, so a mismatch is the same InvalidArgument on every rank before any data
+/// moves. Returns every rank's call with only its global fields set (index = rank; this rank's is
+/// `mine` itself).
+template <class Args>
+std::vector<Args> agree_world(Process& process, const Args& mine, const std::string& op) {
+  check(mine, process.rank(), process.size());
+  std::string blob;
+  detail::for_each_agreed_field<Args>([&](const auto& f) { agreement::put(blob, mine.*f.member); });
+  const std::vector<std::string> blobs = process.exchange(blob, "to enter " + op);
+  std::vector<Args> all(blobs.size());
+  for (std::size_t r = 0; r < blobs.size(); ++r) {
+    if (static_cast<int>(r) == process.rank()) {
+      all[r] = mine;
+      continue;
+    }
+    std::size_t at = 0;
+    detail::for_each_agreed_field<Args>(
+        [&](const auto& f) { agreement::get(blobs[r], at, all[r].*f.member); });
+  }
+  detail::check_all_agree(process.size(),
+                          [&](int r) -> const Args& { return all[static_cast<std::size_t>(r)]; });
+  return all;
+}
+
+}  // namespace fusedcoll::gpu

@@ -1,0 +1,119 @@
+// The GPU backend's process mode (label gpu), under mpiexec: one rank per process, P = 2 and 4
+// sharing one device in CI's GPU check, peers through IPC mappings or, with
+// FUSEDCOLL_GPU_PROXY=all, through the host proxy. Every rank checks its own output against ref/
+// bit for bit (integer inputs; ops::OpCase builds the whole world from the seed in every process).
+// A wait for a signal that never comes ends in TimeoutError naming rank, block, slot, expected,
+// observed and the proxy's view, instead of hanging. Skipped where no device is visible. Plain C++:
+// the probe's kernel lives in signal_probe.cpp.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+
+#include "fusedcoll/env.hpp"
+#include "fusedcoll/error.hpp"
+#include "fusedcoll/gpu.hpp"
+#include "tests/common/mpi_gtest.hpp"
+#include "tests/common/op_cases.hpp"
+#include "tests/gpu/signal_probe.hpp"
+
+namespace {
+
+namespace fc = fusedcoll;
+using fc::Mode;
+using namespace fctest::ops;
+
+#define FC_REQUIRE_GPU()                                         \
+  do {                                                           \
+    if (!fc::gpu::available()) GTEST_SKIP() << "no GPU visible"; \
+  } while (false)
+
+fc::gpu::WorldOptions process_options() {
+  fc::gpu::WorldOptions o;
+  o.placement = fc::gpu::Placement::process;
+  o.timeout_s = 20;
+  return o;
+}
+
+std::string route_note() {
+  return fc::env().gpu_proxy == fc::Env::GpuProxy::all ? " (every peer through the proxy)"
+                                                       : " (same-node peers through IPC)";
+}
+
+TEST(GpuProcess, EmbeddingMatchesRefOnEveryRank) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  ASSERT_TRUE(gpu.process_mode());
+  const int P = gpu.size();
+  auto check = [&](const fc::EmbeddingProblem& pb, Mode mode) {
+    OpCase<fc::EmbeddingProblem> c(pb, mode);
+    gpu.run([&](fc::Communicator& comm) {
+      c.call(comm);
+      EXPECT_TRUE(c.same_as_ref(comm.rank())) << route_note();
+    });
+  };
+  embedding_grid(P, check);
+  embedding_edge_shapes(P, check);
+}
+
+TEST(GpuProcess, RepeatedCallsReuseTheHeapAndSlots) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  // Growing then shrinking sizes: the heap grows once, later calls reuse it and its slots.
+  int i = 0;
+  for (int variant : {0, 5, 2, 5, 0}) {
+    OpCase<fc::EmbeddingProblem> c(emb_problem(P, variant, 300 + variant), kModes[i++ % 3]);
+    gpu.run([&](fc::Communicator& comm) {
+      c.call(comm);
+      EXPECT_TRUE(c.same_as_ref(comm.rank())) << route_note();
+    });
+  }
+}
+
+TEST(GpuProcess, WhatIsNotThereYetIsAClearError) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  gpu.run([&](fc::Communicator& comm) {
+    std::vector<float> x(8, 1.0f), y(8);
+    fc::AllReduceArgs ar;
+    ar.send = x.data();
+    ar.recv = y.data();
+    ar.count = 8;
+    EXPECT_THROW(fc::all_reduce(comm, ar), fc::UnsupportedError);
+  });
+  // The all-ranks-at-once form needs every rank's arguments in one process.
+  std::vector<fc::EmbeddingAllToAllArgs> all(static_cast<std::size_t>(P));
+  EXPECT_THROW(gpu.embedding_alltoall(all, Mode::scale_up), fc::InvalidArgument);
+}
+
+TEST(GpuProcess, MissingSignalNamesTheSlotAndThePeer) {
+  FC_REQUIRE_GPU();
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  fc::gpu::testing::ProcessSignalProbe probe(0.5);
+  probe.run(true);  // the signal comes: no error
+  try {
+    probe.run(false);
+    if (probe.rank() == 0) ADD_FAILURE() << "rank 0 waited for a signal that never came";
+  } catch (const fc::TimeoutError& e) {
+    const std::string w = e.what();
+    EXPECT_EQ(probe.rank(), 0) << w;
+    EXPECT_NE(w.find("rank 0 block 0 waited more than 0.5 s"), std::string::npos) << w;
+    EXPECT_NE(w.find("for slot 1 ('test.from'[1]) >= 2, observed 1"), std::string::npos) << w;
+    EXPECT_NE(w.find("rank 0's proxy: slot 1 got"), std::string::npos) << w;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rank = fctest::mpi_gtest_init(argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  fctest::mpi_gtest_worst(rc, rank);
+  MPI_Finalize();
+  return 0;
+}
