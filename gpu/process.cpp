@@ -69,11 +69,14 @@ class Process::Memory final : public proxy::DeviceMemory {
     FC_CHECK_GPU(gpuMemcpyAsync(owner_.heap_ + offset, src, bytes, gpuMemcpyHostToDevice, stream_));
     FC_CHECK_GPU(gpuStreamSynchronize(stream_));
   }
-  void signal(int slot, std::uint64_t add) override {
+  void signal(int slot, std::uint64_t value, proxy::SignalOp op) override {
     FC_CHECK_INTERNAL(slot >= 0 && slot < Context::kSlotsPerRank,
                       "fusedcoll gpu: proxied signal slot ", slot);
-    // The copies before it were synchronised: their bytes are in device memory already.
-    std::atomic_ref<std::uint64_t>(owner_.inbound_[slot]).fetch_add(add, std::memory_order_release);
+    // The copies before it were synchronised: their bytes are in device memory already. A wait
+    // reads the device slot plus this counter, so a set is exact on a slot nothing adds to.
+    std::atomic_ref<std::uint64_t> v(owner_.inbound_[slot]);
+    if (op == proxy::SignalOp::set) v.store(value, std::memory_order_release);
+    else v.fetch_add(value, std::memory_order_release);
   }
 
  private:

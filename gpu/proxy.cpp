@@ -22,6 +22,8 @@ struct WireHeader {
   std::int32_t buffer;
   std::int32_t slot;
   std::int32_t producer;
+  std::uint32_t op;  // signal: SignalOp
+  std::uint32_t pad;
   std::uint64_t offset;
   std::uint64_t bytes;
   std::uint64_t value;
@@ -117,8 +119,12 @@ void Proxy::take(const Record& r) {
   h.kind = r.kind;
   h.producer = r.producer;
   if (kind == Kind::signal) {
+    FC_CHECK_INTERNAL(r.op <= static_cast<std::uint32_t>(SignalOp::set),
+                      "fusedcoll gpu proxy: rank ", rank_, ": signal op ", r.op, " from producer ",
+                      r.producer);
     h.slot = r.slot;
     h.value = r.value;
+    h.op = r.op;
     append(r.peer, &h, sizeof h, 0, 0);
     return;
   }
@@ -233,11 +239,13 @@ void Proxy::apply(const char* msg, std::size_t bytes, int source) {
     } else {
       FC_CHECK_INTERNAL(h.kind == static_cast<std::uint32_t>(Kind::signal),
                         "fusedcoll gpu proxy: bad record kind ", h.kind, " from rank ", source);
-      memory_.signal(h.slot, h.value);
+      const auto op = static_cast<SignalOp>(h.op);
+      memory_.signal(h.slot, h.value, op);
       const std::lock_guard<std::mutex> lock(mu_);
       auto& per_source = landed_[h.slot];
       per_source.resize(static_cast<std::size_t>(size_), 0);
-      per_source[static_cast<std::size_t>(source)] += h.value;
+      std::uint64_t& v = per_source[static_cast<std::size_t>(source)];
+      v = op == SignalOp::set ? h.value : v + h.value;
     }
   }
   const std::lock_guard<std::mutex> lock(mu_);

@@ -17,10 +17,11 @@
 // pieces), all under one tag on the proxy's own duplicate of the communicator. MPI does not
 // overtake messages of one source, tag and communicator, and the receiver applies each message's
 // records in order, landing a put before it applies a later signal: that is the queue's ordering
-// rule, carried end to end. The same shape as the MPI backend's p2p transport (mpi/runtime.hpp:
+// rule, carried end to end. The same shape as the MPI backend's p2p transport (mpi/p2p.cpp:
 // coalesced control records, signals after the puts before them), reduced to what a proxy needs:
 // its data comes from device memory through a host copy either way, so there are no zero-copy
-// large puts.
+// large puts. Not that transport itself: it lands only in mpi::Runtime's host memory and needs
+// the MPI backend's oneTBB, which GPU machines lack (docs/gpu.md, "The host proxy").
 
 #include <mpi.h>
 
@@ -48,9 +49,9 @@ class DeviceMemory {
   /// Lands `bytes` a peer put into this process's symmetric buffer `buffer` at `offset`. Throws
   /// InternalError if the range is not inside the buffer.
   virtual void write(int buffer, std::uint64_t offset, const void* src, std::size_t bytes) = 0;
-  /// Adds `add` to this process's slot `slot`, visible to the device only once every earlier
-  /// `write` is (put before signal).
-  virtual void signal(int slot, std::uint64_t add) = 0;
+  /// Updates this process's slot `slot` (adds `value`, or sets it), visible to the device only
+  /// once every earlier `write` is (put before signal).
+  virtual void signal(int slot, std::uint64_t value, SignalOp op) = 0;
 };
 
 struct Options {

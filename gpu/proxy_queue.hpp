@@ -42,6 +42,12 @@ enum class Kind : std::uint32_t {
   signal = 2,  ///< `peer`'s slot `slot` += `value`
 };
 
+/// How a signal record updates its slot (the public device API's SignalOp).
+enum class SignalOp : std::uint32_t {
+  add = 0,  ///< slot += value
+  set = 1,  ///< slot = value (a flag: a slot set through the proxy takes no adds through it too)
+};
+
 /// One request, one 64-byte line: written by one producer thread, read once by the proxy.
 struct alignas(64) Record {
   std::uint64_t seq;      ///< ticket + 1 once every other field is written
@@ -52,9 +58,9 @@ struct alignas(64) Record {
   std::uint64_t offset;   ///< put: byte offset in the peer's buffer
   std::uint64_t src;      ///< put: source address in this process (device memory on a GPU)
   std::uint64_t bytes;    ///< put: length
-  std::uint64_t value;    ///< signal: the add
+  std::uint64_t value;    ///< signal: the add, or the value set
   std::int32_t producer;  ///< block (or producer thread) id, for reports
-  std::int32_t reserved;
+  std::uint32_t op;       ///< signal: SignalOp
 };
 static_assert(sizeof(Record) == 64, "one record per 64-byte line");
 
@@ -97,7 +103,7 @@ FC_PROXY_HD inline bool post(const QueueView& q, const Record& r) {
   dst.bytes = r.bytes;
   dst.value = r.value;
   dst.producer = r.producer;
-  dst.reserved = 0;
+  dst.op = r.op;
   Ops::publish(&dst.seq, t + 1);
   return true;
 }
@@ -116,9 +122,11 @@ FC_PROXY_HD inline Record make_put(int peer, int buffer, std::uint64_t offset, s
   return r;
 }
 
-/// A signal record: `peer`'s slot += value.
-FC_PROXY_HD inline Record make_signal(int peer, int slot, std::uint64_t value, int producer) {
+/// A signal record: `peer`'s slot += value (or = value with SignalOp::set).
+FC_PROXY_HD inline Record make_signal(int peer, int slot, std::uint64_t value, int producer,
+                                      SignalOp op = SignalOp::add) {
   Record r{};
+  r.op = static_cast<std::uint32_t>(op);
   r.kind = static_cast<std::uint32_t>(Kind::signal);
   r.peer = peer;
   r.slot = slot;

@@ -82,9 +82,11 @@ class FakeDevice final : public px::DeviceMemory {
                       " out of range");
     std::memcpy(buffers_[static_cast<std::size_t>(buffer)].data() + offset, src, bytes);
   }
-  void signal(int slot, std::uint64_t add) override {
+  void signal(int slot, std::uint64_t value, px::SignalOp op) override {
     FC_CHECK_INTERNAL(slot >= 0 && slot < kSlots, "fake device: slot ", slot);
-    slots_[static_cast<std::size_t>(slot)].fetch_add(add, std::memory_order_release);
+    auto& v = slots_[static_cast<std::size_t>(slot)];
+    if (op == px::SignalOp::set) v.store(value, std::memory_order_release);
+    else v.fetch_add(value, std::memory_order_release);
   }
 
   unsigned char* buffer(int id) { return buffers_[static_cast<std::size_t>(id)].data(); }
@@ -329,6 +331,25 @@ TEST(GpuProxy, MissingSignalIsReportedWithThePeer) {
     EXPECT_NE(proxy.describe(kSlot).find("got 1 through the proxy (rank 0: 1)"), std::string::npos)
         << proxy.describe(kSlot);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(GpuProxy, SetSignalsStoreTheirValue) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  FakeDevice dev({64}, 8);
+  px::Proxy proxy(MPI_COMM_WORLD, dev.queue, &dev.tail, dev, px::Options{});
+  // Each rank sets its right neighbour's slot 9 twice; the second value stays, as a flag's would.
+  const int right = (me + 1) % P, left = (me + P - 1) % P;
+  dev.post(px::make_signal(right, 9, 5, 0, px::SignalOp::set));
+  dev.post(px::make_signal(right, 9, 100 + static_cast<std::uint64_t>(me), 0, px::SignalOp::set));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (dev.slot(9) != 100 + static_cast<std::uint64_t>(left) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    std::this_thread::yield();
+  EXPECT_EQ(dev.slot(9), 100 + static_cast<std::uint64_t>(left));
+  EXPECT_EQ(proxy.landed(9, left), 100 + static_cast<std::uint64_t>(left));
+  proxy.quiesce(dev.posted());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
