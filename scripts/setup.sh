@@ -4,7 +4,8 @@
 #   --hip   also Debian's hipcc (HIP 5.2 on clang 15, ~400 MB, ~20 s), to compile the GPU backend
 #           for AMD (scripts/test.sh; no AMD GPU needed to compile and link)
 #   --torch also Debian's PyTorch 1.13 (python3-torch, libtorch-dev; ~150 MB of archives, ~680 MB
-#           installed) and NumPy, for the PyTorch component (docs/pytorch.md; scripts/test.sh).
+#           installed), NumPy, and venv + pip (python3 -m pip install . into a virtual
+#           environment), for the PyTorch component (docs/pytorch.md; scripts/test.sh).
 #           Optional: when they are missing and this is not root, setup says so and succeeds,
 #           and the build skips the component with a message.
 # Always optional: python3-matplotlib, for the plots of docs/results.md (scripts/results,
@@ -24,7 +25,7 @@ optional=(python3-matplotlib)
 for arg in "$@"; do
   case "$arg" in
     --hip) packages+=(hipcc) ;;
-    --torch) optional+=(python3-torch libtorch-dev python3-numpy) ;;
+    --torch) optional+=(python3-torch libtorch-dev python3-numpy python3-venv python3-pip) ;;
     *) echo "setup: unknown argument '$arg' (expected --hip or --torch)" >&2; exit 2 ;;
   esac
 done

@@ -10,8 +10,9 @@ LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_
 
 if not os.path.exists(LIBRARY_PATH):
     raise ImportError(
-        f"fusedcoll: {LIBRARY_PATH} is missing. Build the PyTorch component (cmake with "
-        "FUSEDCOLL_ENABLE_TORCH=AUTO or ON, docs/pytorch.md) and put <build>/python, or "
+        f"fusedcoll: {LIBRARY_PATH} is missing. Install the package with python3 -m pip install "
+        "<checkout> (docs/pytorch.md, \"Install\"), or build the PyTorch component (cmake with "
+        "FUSEDCOLL_ENABLE_TORCH=AUTO or ON) and put <build>/python, or "
         "<prefix>/lib/python3/dist-packages after cmake --install, on PYTHONPATH.")
 
 torch.ops.load_library(LIBRARY_PATH)
