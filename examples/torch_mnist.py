@@ -7,8 +7,11 @@ are not about Horovod: the data come from scripts/get-mnist's IDX files (read he
 torchvision, no download), and batches are sliced from tensors in memory instead of going
 through a DataLoader (the same samples in the same order as DistributedSampler gives them).
 
-    mpiexec -n 2 /usr/bin/python3 examples/torch_mnist.py --compress fp16
-    /usr/bin/python3 examples/torch_mnist.py                        # serial: a world of one
+    fusedcoll-run -np 2 python examples/torch_mnist.py --compress fp16
+    python examples/torch_mnist.py                                  # serial: a world of one
+
+with ``python`` and ``fusedcoll-run`` from the virtual environment of docs/pytorch.md, "Install"
+(``python3 -m pip install .``); without one, the build tree's package is used (below).
 
 ``--comm gloo`` exchanges the same flat gradient with torch.distributed's Gloo AllReduce instead
 (the baseline of docs/results/pytorch.md; ranks from Open MPI's environment, rendezvous on 127.0.0.1).
@@ -32,8 +35,8 @@ COMPRESSIONS = ("none", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2")
 
 
 def import_fusedcoll_torch():
-    """``fusedcoll.torch`` from PYTHONPATH or an installed package, else from the build tree
-    ``build/python`` next to this checkout (``cmake --build build --target fusedcoll_torch``)."""
+    """``fusedcoll.torch`` installed (``pip install .``) or on PYTHONPATH, else from the build
+    tree ``build/python`` next to this checkout (``cmake --build build --target fusedcoll_torch``)."""
     try:
         import fusedcoll.torch as hvd
     except ImportError:

@@ -1,5 +1,5 @@
 """The course lab's table in PyTorch (docs/mnist.md, "The lab in PyTorch"): runs
-examples/torch_mnist.py serially and under mpiexec for every configuration of the lab (serial;
+examples/torch_mnist.py serially and under fusedcoll-run for every configuration of the lab (serial;
 2 and 4 workers in f32, fp16 and fp8) and writes docs/results/mnist-torch/results.md plus the
 raw figures (runs.json). ``--gloo-pairs N`` instead times N alternating pairs of 2-worker runs,
 fusedcoll against torch.distributed's Gloo, and writes throughput.md.
@@ -42,8 +42,10 @@ def command(workers, extra, python):
     cmd = [python, SCRIPT] + extra
     if workers == 1:
         return cmd
-    return ["mpiexec", "--oversubscribe", "-n", str(workers)] + \
-        (["--allow-run-as-root"] if os.geteuid() == 0 else []) + cmd
+    # The checkout's launcher (docs/mpi.md): it adds --allow-run-as-root as root and
+    # --oversubscribe where the workers outnumber the cores.
+    return [sys.executable, os.path.join(ROOT, "launcher", "fusedcoll-run"), "-np",
+            str(workers)] + cmd
 
 
 def run(workers, extra, python):
@@ -57,7 +59,7 @@ def run(workers, extra, python):
     with open(out) as f:
         result = json.load(f)
     os.unlink(out)
-    result["command"] = " ".join(cmd[cmd.index(SCRIPT) - 1:] if workers == 1 else cmd)
+    result["command"] = " ".join(cmd[cmd.index(SCRIPT) - 1:] if workers == 1 else cmd[1:])
     result["command"] = result["command"].replace(ROOT + "/", "").replace(" --json " + out, "")
     return result
 

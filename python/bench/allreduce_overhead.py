@@ -7,7 +7,10 @@ Each round runs the variants in an order shuffled alike on every rank; a sample 
 then ``calls`` back-to-back calls timed on each rank, per call. Rank 0 prints the medians over the
 rounds of the slowest rank's samples, and the ratios to C++.
 
-    mpiexec -n 2 /usr/bin/python3 python/bench/allreduce_overhead.py [--sizes 4K,64M] [--rounds N]
+    fusedcoll-run -np 2 python python/bench/allreduce_overhead.py [--sizes 4K,64M] [--rounds N]
+
+with the package installed (docs/pytorch.md, "Install": ``python3 -m pip install .``), or with
+``PYTHONPATH=build/python`` and ``/usr/bin/python3`` from a build tree.
 """
 
 import argparse
