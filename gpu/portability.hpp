@@ -55,7 +55,8 @@ using gpuDeviceProp = hipDeviceProp_t;
 // Process mode (gpu/process.cpp): pinned host memory mapped into the device, and IPC handles.
 using gpuIpcMemHandle_t = hipIpcMemHandle_t;
 #define gpuHostAlloc hipHostMalloc
-#define gpuHostAllocMapped hipHostMallocMapped
+// Coherent: the device polls the proxy's tail and signal counters there while the host writes.
+#define gpuHostAllocMapped (hipHostMallocMapped | hipHostMallocCoherent)
 #define gpuHostGetDevicePointer hipHostGetDevicePointer
 #define gpuFreeHost hipHostFree
 #define gpuIpcGetMemHandle hipIpcGetMemHandle

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "fusedcoll/detail/agreement.hpp"
 #include "fusedcoll/detail/validate.hpp"
 #include "fusedcoll/env.hpp"
+#include "gpu/agreement_codec.hpp"
 #include "gpu/proxy.hpp"
 #include "gpu/runtime.hpp"
 #include "gpu/symmetric.hpp"
@@ -116,47 +116,6 @@ class Process {
   std::unique_ptr<proxy::Proxy> proxy_;
 };
 
-namespace agreement {
-
-/// A call's global fields (detail/agreement.hpp) as int64 words: scalars as themselves, lists as
-/// their length and elements, wire options field by field, exchanged lists too.
-template <class T>
-void put(std::string& out, const T& v) {
-  if constexpr (std::is_same_v<T, CompressionOptions>) {
-    detail::for_each_wire_field([&](const auto& f) { put(out, v.*f.member); });
-  } else if constexpr (requires { v.size(); }) {
-    put(out, static_cast<std::int64_t>(v.size()));
-    for (const auto& x : v) put(out, x);
-  } else {
-    const auto w = static_cast<std::int64_t>(v);
-    out.append(reinterpret_cast<const char*>(&w), sizeof w);
-  }
-}
-
-template <class T>
-void get(const std::string& in, std::size_t& at, T& v) {
-  if constexpr (std::is_same_v<T, CompressionOptions>) {
-    detail::for_each_wire_field([&](const auto& f) { get(in, at, v.*f.member); });
-  } else if constexpr (requires { v.size(); }) {
-    std::int64_t n = 0;
-    get(in, at, n);
-    FC_CHECK_INTERNAL(n >= 0 && static_cast<std::size_t>(n) <= in.size(), "agreement record");
-    v.resize(static_cast<std::size_t>(n));
-    for (auto& x : v) get(in, at, x);
-  } else {
-    std::int64_t w = 0;
-    FC_CHECK_INTERNAL(at + sizeof w <= in.size(), "short agreement record");
-    std::memcpy(&w, in.data() + at, sizeof w);
-    at += sizeof w;
-    if constexpr (std::is_same_v<T, bool>)
-      v = w != 0;
-    else
-      v = static_cast<T>(w);
-  }
-}
-
-}  // namespace agreement
-
 /// Process mode's entry of a call: validates this rank's own arguments, exchanges every rank's
 /// global fields (the rendezvous), and checks their agreement as the single mode does with every
 /// rank's call in memory, so a mismatch is the same InvalidArgument on every rank before any data
@@ -165,18 +124,14 @@ void get(const std::string& in, std::size_t& at, T& v) {
 template <class Args>
 std::vector<Args> agree_world(Process& process, const Args& mine, const std::string& op) {
   check(mine, process.rank(), process.size());
-  std::string blob;
-  detail::for_each_agreed_field<Args>([&](const auto& f) { agreement::put(blob, mine.*f.member); });
-  const std::vector<std::string> blobs = process.exchange(blob, "to enter " + op);
+  const std::vector<std::string> blobs = process.exchange(encode_agreed(mine), "to enter " + op);
   std::vector<Args> all(blobs.size());
   for (std::size_t r = 0; r < blobs.size(); ++r) {
     if (static_cast<int>(r) == process.rank()) {
       all[r] = mine;
       continue;
     }
-    std::size_t at = 0;
-    detail::for_each_agreed_field<Args>(
-        [&](const auto& f) { agreement::get(blobs[r], at, all[r].*f.member); });
+    all[r] = decode_agreed<Args>(blobs[r]);
   }
   detail::check_all_agree(process.size(),
                           [&](int r) -> const Args& { return all[static_cast<std::size_t>(r)]; });
