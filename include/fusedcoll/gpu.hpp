@@ -1,15 +1,16 @@
 #pragma once
 /// @file
-/// The GPU backend (HIP or CUDA, chosen at build time: FUSEDCOLL_ENABLE_HIP / _CUDA), in its
-/// single-GPU multi-rank mode: P virtual ranks whose buffers all live on one GPU, every rank's
-/// blocks resident at once, peers written through plain device pointers. Results match `ref/`
+/// The GPU backend (HIP or CUDA, chosen at build time: FUSEDCOLL_ENABLE_HIP / _CUDA). Its
+/// single-GPU multi-rank mode runs P virtual ranks whose buffers all live on one GPU, every rank's
+/// blocks resident at once, peers written through plain device pointers; its process mode
+/// (`Placement::process`, builds with MPI) runs one rank per MPI process. Results match `ref/`
 /// bit for bit on `ValueMode::integer` inputs and within the stated tolerance otherwise (the
 /// kernels follow ref/'s pinned per-element orders without FMA contraction, so in practice they
 /// match bit for bit on random inputs too). See docs/gpu.md.
 ///
 /// Arguments are host memory, exactly as for `ref/` and the emulator: each call uploads the
 /// inputs, runs the kernels of the chosen `Mode` (one launch per kernel for all ranks), and
-/// downloads the outputs. No GPU type appears in this header.
+/// downloads the outputs. No GPU or MPI type appears in this header.
 
 #include <cstdint>
 #include <functional>
