@@ -3,7 +3,7 @@
 # (docs/simulation.md, "Calibrating a preset"):
 #
 #   rm -f /tmp/tcp-cpu-cost.rdv
-#   fc-quiet scripts/netns-cluster -H 2 -r 1 -- /usr/bin/python3 scripts/tcp-cpu-cost.py [BYTES]
+#   scripts/netns-cluster -H 2 -r 1 -- /usr/bin/python3 scripts/tcp-cpu-cost.py [BYTES]
 #
 # One process per host (mpiexec starts them; MPI itself is not used, so nothing spins while it
 # waits): rank 1 listens on its host's address, rank 0 streams BYTES (default 1 GiB) through
