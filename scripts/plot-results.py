@@ -9,7 +9,6 @@ when matplotlib is missing (apt-get install python3-matplotlib; scripts/setup.sh
 """
 import csv
 import os
-import re
 import subprocess
 import sys
 
@@ -63,14 +62,10 @@ def size_axis(ax):
 
 
 def footer(fig, data):
-    stamp = ""
-    report = os.path.join(os.path.dirname(os.path.abspath(data)), "regenerated.md")
-    if os.path.exists(report):
-        with open(report) as f:
-            m = re.search(r" on (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", f.read())
-            stamp = m.group(1) if m else ""
-    fig.text(0.995, 0.005, "fusedcoll scripts/results" + (f", {stamp}" if stamp else ""),
-             ha="right", va="bottom", fontsize=7, color="#666")
+    dates = sorted({r["started_utc"][:10] for r in read(data, "runs.csv")})
+    stamp = f", rerun {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "") if dates else ""
+    fig.text(0.995, 0.005, f"fusedcoll scripts/results{stamp}", ha="right", va="bottom", fontsize=7,
+             color="#666")
 
 
 def save(fig, plots, name, data):
@@ -157,11 +152,17 @@ def plot_compressed(data, plots):
         return print("plot-results: no compressed.csv, compressed.png skipped")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     wires = (("none", "f32", "C0"), ("fp16", "fp16", "C1"), ("fp8-e4m3", "fp8 E4M3", "C2"))
+    vt = [(float(r["label"].rsplit("-", 1)[1]), r) for r in rows
+          if r["label"].startswith("vt-4cores-link-")]
     for wire, name, c in wires:
+        pts = sorted((g, float(r["time_us"]) / 1000) for g, r in vt if r["compress"] == wire)
+        if pts:
+            ax.plot(*zip(*pts), "-", color=c, lw=2, alpha=0.5,
+                    label=f"{name}, predicted (virtual time, 4 cores per device)")
         rs = sorted((r for r in link if r["compress"] == wire), key=lambda r: float(r["link_gbps"]))
         if rs:
             ax.plot([float(r["link_gbps"]) for r in rs], [float(r["time_us"]) / 1000 for r in rs],
-                    "o-", color=c, label=f"{name}, emu link model (4 ranks on 2 cores)")
+                    "o--", color=c, label=f"{name}, emu link model, wall clock (4 ranks on 2 cores)")
         for label, gbps, marker in (("hosts-1gbit", 0.125, "D"), ("hosts-10gbit", 1.25, "D")):
             h = [r for r in rows if r["label"] == label and r["compress"] == wire]
             if h:
@@ -182,7 +183,12 @@ def plot_compressed(data, plots):
         pts = [(float(r["link_gbps"]), f32[r["link_gbps"]] / float(r["time_us"])) for r in rs
                if r["link_gbps"] in f32]
         if pts:
-            ax2.plot(*zip(*pts), "o-", color=c, label=f"{name}, emu link model")
+            ax2.plot(*zip(*pts), "o--", color=c, label=f"{name}, emu link model, wall clock")
+        f32v = {g: float(r["time_us"]) for g, r in vt if r["compress"] == "none"}
+        pv = sorted((g, f32v[g] / float(r["time_us"])) for g, r in vt
+                    if r["compress"] == wire and g in f32v)
+        if pv:
+            ax2.plot(*zip(*pv), "-", color=c, lw=2, alpha=0.5, label=f"{name}, predicted")
         for label, gbps in (("hosts-1gbit", 0.125), ("hosts-10gbit", 1.25)):
             h = {r["compress"]: float(r["time_us"]) for r in rows if r["label"] == label}
             if wire in h and "none" in h:
@@ -284,8 +290,8 @@ def plot_mnist(data, plots):
         x = range(len(hosts))
         ax2.bar(list(x), [float(r["epoch_s_median"]) for r in hosts], color="C2",
                 label="epoch (median)")
-        ax2.bar(list(x), [float(r["exchange_s_median"]) for r in hosts], color="C4", alpha=0.6,
-                label="of which gradient exchange")
+        ax2.bar(list(x), [float(r["exchange_s_median"]) for r in hosts], color="C4", width=0.5,
+                label="of which gradient exchange (rank 0)")
         for i, r in enumerate(hosts):
             ax2.text(i, float(r["epoch_s_median"]), f"{100 * float(r['final_accuracy']):.2f}%",
                      ha="center", va="bottom", fontsize=8)
