@@ -198,7 +198,7 @@ class P2p final : public Transport {
   int data_tags_ = 1;
 };
 
-P2p::P2p(Runtime& rt) : Transport(rt, Transport::Kind::p2p) {
+P2p::P2p(Runtime& rt) : Transport(rt) {
   void* ub = nullptr;
   int found = 0;
   FC_CHECK_MPI(MPI_Comm_get_attr(rt_.comm(), MPI_TAG_UB, &ub, &found));

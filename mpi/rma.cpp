@@ -20,7 +20,7 @@ namespace {
 
 class Rma final : public Transport {
  public:
-  explicit Rma(Runtime& rt) : Transport(rt, Kind::rma) {}
+  explicit Rma(Runtime& rt) : Transport(rt) {}
 
   Area allocate(std::size_t data_bytes) override {
     release();

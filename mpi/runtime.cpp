@@ -86,7 +86,7 @@ Runtime::Runtime(MPI_Comm comm, const Options& options) {
     MPI_Comm_free(&shared);
     FC_CHECK_MPI(rc);
   }
-  using Kind = Transport::Kind;
+  using Kind = Env::MpiTransport;
   Kind t = options.transport != Kind::automatic ? options.transport : env().mpi_transport;
   if (t == Kind::automatic) {
     // One-sided RMA only where every pair shares memory: across hosts over TCP, Debian's Open MPI

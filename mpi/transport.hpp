@@ -17,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "fusedcoll/env.hpp"
-
 namespace fusedcoll::mpi {
 
 class Runtime;
@@ -31,7 +29,6 @@ enum class Sources { reused, kept };
 
 class Transport {
  public:
-  using Kind = Env::MpiTransport;
   /// Names the data area in `put` and `flush_buffer`; any other id is a symmetric buffer's, or
   /// Runtime::kCallBuffer.
   static constexpr int kDataArea = -1;
@@ -39,9 +36,6 @@ class Transport {
   virtual ~Transport() = default;
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
-
-  /// rma or p2p (never automatic).
-  Kind kind() const noexcept { return kind_; }
 
   // ---- Memory. Runtime numbers the buffers and checks the bounds; these make the memory.
 
@@ -118,7 +112,7 @@ class Transport {
   void assume_link_rate(int peer, double bytes_per_s);
 
  protected:
-  Transport(Runtime& rt, Kind kind) : rt_(rt), kind_(kind) {}
+  explicit Transport(Runtime& rt) : rt_(rt) {}
   /// Adds one call's samples of `bytes` received from host h in `secs` (index = host): sums
   /// halved at every call that adds a sample, so one noisy call does not decide.
   void add_link_samples(const std::vector<double>& bytes, const std::vector<double>& secs);
@@ -129,7 +123,6 @@ class Transport {
   struct HostLink {
     double bytes = 0, secs = 0;  // decayed sums
   };
-  Kind kind_;
   std::vector<HostLink> host_links_;  // per host; host thread
 };
 
