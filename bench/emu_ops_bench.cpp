@@ -56,6 +56,7 @@
 
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
+#include "fusedcoll/detail/cli.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -452,12 +453,13 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     auto number = [&](int lo, int hi) {
-      const int v = std::atoi(next().c_str());
-      if (v < lo || v > hi) {
-        std::fprintf(stderr, "%s needs a value in [%d, %d]\n", arg.c_str(), lo, hi);
+      const std::string text = next();
+      try {
+        return fc::detail::cli::parse_int(arg, text, lo, hi);
+      } catch (const fc::InvalidArgument& e) {
+        std::fprintf(stderr, "%s\n", e.what());
         std::exit(2);
       }
-      return v;
     };
     if (arg == "-g" || arg == "--ranks")
       o.ranks = number(1, 64);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "fusedcoll/detail/cli.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
 #include "fusedcoll/inputs.hpp"
@@ -213,8 +214,15 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
-    else if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);
-    else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
+    else if ((a == "--ranks" || a == "--reps") && i + 1 < argc) {
+      try {
+        (a == "--ranks" ? o.ranks : o.reps) =
+            fc::detail::cli::parse_int(a, argv[++i], 1, a == "--ranks" ? 64 : 1000000);
+      } catch (const fc::InvalidArgument& e) {
+        std::cerr << "fusedcoll-gpu-bench: " << e.what() << "\n";
+        return 2;
+      }
+    }
     else if (a == "--out" && i + 1 < argc) o.out = argv[++i];
     else {
       std::cerr << "usage: fusedcoll-gpu-bench [--quick] [--ranks P] [--reps N] [--out FILE]\n";

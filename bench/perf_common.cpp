@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "fusedcoll/detail/cli.hpp"
+
 namespace perf {
 namespace {
 
@@ -55,34 +57,26 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --label TEXT               the first column of --csv-file's rows (e.g. the link)
 )";
 
-std::int64_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  double mul = 1;
-  const std::string suffix(end);
-  if (suffix == "K" || suffix == "k") mul = 1024;
-  else if (suffix == "M" || suffix == "m") mul = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") mul = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) usage_error("bad size '" + s + "'");
-  if (end == s.c_str() || !(v >= 0)) usage_error("bad size '" + s + "'");
-  return static_cast<std::int64_t>(v * mul);
+// The shared strict parsers, their InvalidArgument turned into this tool's usage error.
+template <class F>
+auto parsed(F&& parse) {
+  try {
+    return parse();
+  } catch (const fc::InvalidArgument& e) {
+    usage_error(e.what());
+  }
+}
+
+std::int64_t parse_bytes(const std::string& s, const char* flag) {
+  return parsed([&] { return fc::detail::cli::parse_bytes(flag, s); });
 }
 
 int parse_int(const std::string& s, const char* flag, int lo, int hi) {
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != '\0' || v < lo || v > hi)
-    usage_error(fc::detail::make_string(flag, " '", s, "' is not an integer in [", lo, ", ", hi,
-                                        "]"));
-  return static_cast<int>(v);
+  return parsed([&] { return fc::detail::cli::parse_int(flag, s, lo, hi); });
 }
 
 double parse_double(const std::string& s, const char* flag) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || *end != '\0' || !(v >= 0))
-    usage_error(fc::detail::make_string(flag, " '", s, "' is not a non-negative number"));
-  return v;
+  return parsed([&] { return fc::detail::cli::parse_number(flag, s, 0, 1e300); });
 }
 
 /// A byte count, or "-" in a table / nothing in CSV / null in JSON when unmeasured.
@@ -117,8 +111,8 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "-b") o.min_bytes = parse_bytes(value());
-    else if (a == "-e") o.max_bytes = parse_bytes(value());
+    if (a == "-b") o.min_bytes = parse_bytes(value(), "-b");
+    else if (a == "-e") o.max_bytes = parse_bytes(value(), "-e");
     else if (a == "-f") {
       o.factor = parse_double(value(), "-f");
       if (o.factor <= 1) usage_error("-f must be > 1");

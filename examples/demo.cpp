@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fusedcoll/detail/cli.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 
@@ -111,12 +112,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](int lo, int hi) {
-      const int v = i + 1 < argc ? std::atoi(argv[++i]) : 0;
-      if (v < lo || v > hi) {
+      if (i + 1 >= argc) {
         std::fprintf(stderr, "%s needs a value in [%d, %d]\n", arg.c_str(), lo, hi);
         std::exit(2);
       }
-      return v;
+      try {
+        return fusedcoll::detail::cli::parse_int(arg, argv[++i], lo, hi);
+      } catch (const fusedcoll::InvalidArgument& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        std::exit(2);
+      }
     };
     if (arg == "--ranks" || arg == "-g") o.ranks = value(1, 64);
     else if (arg == "--cus") o.compute_units = value(1, 64);

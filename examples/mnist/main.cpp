@@ -10,6 +10,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #ifdef FUSEDCOLL_MNIST_HAVE_MPI
 #include "fusedcoll/mpi.hpp"
 #endif
+#include "fusedcoll/detail/cli.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/error.hpp"
 
@@ -58,34 +60,17 @@ data-parallel over emulated workers that average gradients with fusedcoll's AllR
   --help
 )";
 
-long long parse_int(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  FC_ENFORCE(used == v.size() && !v.empty(), flag, " expects an integer, got '", v, "'");
-  return x;
-}
+namespace cli = fc::detail::cli;
 
-double parse_double(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  FC_ENFORCE(used == v.size() && !v.empty(), flag, " expects a number, got '", v, "'");
-  return x;
-}
-
+// Sizes up to 2^20: any realistic worker count or batch, and products of two stay in int64.
 int parse_positive_int(const std::string& flag, const std::string& v) {
-  const long long x = parse_int(flag, v);
-  FC_ENFORCE(x >= 1 && x <= 1 << 20, flag, " must be in [1, 2^20], got ", x);
-  return static_cast<int>(x);
+  return cli::parse_int(flag, v, 1, 1 << 20);
+}
+
+// Range checks of the rates are the trainer's (Options are validated there for every caller).
+double parse_double(const std::string& flag, const std::string& v) {
+  return cli::parse_number(flag, v, std::numeric_limits<double>::lowest(),
+                           std::numeric_limits<double>::max());
 }
 
 double median(std::vector<double> v) {
@@ -169,10 +154,7 @@ int run(int argc, char** argv) {
     } else if (flag == "--batch-size") {
       options.batch_size = parse_positive_int(flag, value());
     } else if (flag == "--hidden") {
-      const long long h = parse_int(flag, value());
-      FC_ENFORCE(h >= 1 && h <= mn::Net<float>::kMaxHidden, "--hidden must be in [1, ",
-                 mn::Net<float>::kMaxHidden, "], got ", h);
-      options.hidden = static_cast<int>(h);
+      options.hidden = cli::parse_int(flag, value(), 1, mn::Net<float>::kMaxHidden);
     } else if (flag == "--test-batch-size") {
       options.test_batch_size = parse_positive_int(flag, value());
     } else if (flag == "--lr") {
@@ -180,9 +162,8 @@ int run(int argc, char** argv) {
     } else if (flag == "--momentum") {
       options.momentum = parse_double(flag, value());
     } else if (flag == "--seed") {
-      const long long s = parse_int(flag, value());
-      FC_ENFORCE_GE(s, 0LL, "--seed must be non-negative");
-      options.seed = static_cast<std::uint64_t>(s);
+      options.seed = static_cast<std::uint64_t>(
+          cli::parse_integer(flag, value(), 0, std::numeric_limits<long long>::max()));
     } else if (flag == "--compress") {
       options.exchange.compression = mn::parse_compression(value());
     } else if (flag == "--error-feedback") {
