@@ -47,6 +47,17 @@ std::byte* WgContext::local(SymBuffer b) const {
   return s_->kernel->device->world->buffer(b, rank());
 }
 
+void WgContext::check_range(const char* what, int id, std::int64_t size, std::int64_t first,
+                            std::int64_t count) const {
+  if (first >= 0 && count >= 0 && first <= size && count <= size - first) [[likely]]
+    return;
+  auto& world = *s_->kernel->device->world;
+  throw InvalidArgument(fusedcoll::detail::make_string(
+      "rank ", rank(), " kernel '", s_->kernel->name, "' WG ", wg(), ": ", what, " of elements [",
+      first, ", ", first + count, ") is outside symmetric buffer ", world.buffer_name(id), " of ",
+      size, " elements"));
+}
+
 std::byte* WgContext::read(SymBuffer b, std::size_t offset, std::size_t bytes) {
   FC_CHECK_INTERNAL(offset + bytes <= b.bytes, "read of ", bytes, " bytes at offset ", offset,
                     " overruns a symmetric buffer of ", b.bytes, " bytes");
@@ -145,6 +156,13 @@ std::byte* World::State::buffer(SymBuffer b, int rank) {
   return buffers[b.id].memory[rank].get();
 }
 
+std::string World::State::buffer_name(int id) {
+  std::lock_guard lock(mem_mu);
+  if (id < 0 || id >= static_cast<int>(buffers.size()))
+    return fusedcoll::detail::make_string(id, " (no such buffer)");
+  return fusedcoll::detail::make_string(id, " ('", buffers[id].name, "')");
+}
+
 SymBuffer Rank::alloc(std::size_t bytes, const std::string& tag) {
   exchange(fusedcoll::detail::make_string("alloc '", tag, "' ", bytes, " bytes"), nullptr);
   // Matching calls (checked by the exchange) make every rank's n-th allocation the same buffer;
@@ -155,12 +173,15 @@ SymBuffer Rank::alloc(std::size_t bytes, const std::string& tag) {
   if (id == static_cast<int>(w.buffers.size())) {
     World::State::Buffer buf;
     buf.bytes = bytes;
+    buf.name = tag;
     for (int r = 0; r < w.size; ++r)
       buf.memory.emplace_back(new std::byte[std::max<std::size_t>(bytes, 1)]());
     w.buffers.push_back(std::move(buf));
   }
   return SymBuffer{id, bytes};
 }
+
+std::byte* Rank::local(SymBuffer b) { return world_.buffer(b, rank_); }
 
 SymBuffer Rank::scratch(const std::string& tag, std::size_t bytes) {
   auto it = scratch_.find(tag);

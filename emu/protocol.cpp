@@ -23,12 +23,12 @@ std::string wg_name(int rank, const std::string& kernel, int wg) {
   return fusedcoll::detail::make_string("rank ", rank, " WG ", wg, " of kernel '", kernel, "'");
 }
 
-std::string region_name(int buffer, std::size_t begin, std::size_t end) {
+std::string region_name(World::State& world, int buffer, std::size_t begin, std::size_t end) {
   if (buffer < 0)
     return fusedcoll::detail::make_string("output bytes [", reinterpret_cast<const void*>(begin),
                                           ", +", end - begin, ")");
   return fusedcoll::detail::make_string("bytes [", begin, ", ", end, ") of symmetric buffer ",
-                                        buffer);
+                                        world.buffer_name(buffer));
 }
 
 /// First record that may overlap [begin, end): the one starting at or before `begin`, if it
@@ -60,8 +60,9 @@ void protocol_put(WgState* wg, int peer, int buffer, std::size_t begin, std::siz
     if (r.op_epoch == k.op_epoch && r.phase == k.phase)
       throw ProtocolError(fusedcoll::detail::make_string(
           "fusedcoll emu protocol: ", wg_name(me, k.name, wg->id), " ",
-          buffer < 0 ? "stored to" : "put to", " rank ", peer, " ", region_name(buffer, begin, end),
-          ", overlapping ", region_name(buffer, std::max(begin, i->first), std::min(end, r.end)),
+          buffer < 0 ? "stored to" : "put to", " rank ", peer, " ",
+          region_name(*k.device->world, buffer, begin, end), ", overlapping ",
+          region_name(*k.device->world, buffer, std::max(begin, i->first), std::min(end, r.end)),
           " that ", wg_name(r.src_rank, r.src_kernel, r.src_wg),
           " already wrote in the same call: each destination byte may be written once per call "
           "(use disjoint mailbox regions or separate calls)"));
@@ -138,7 +139,7 @@ void protocol_read(WgState* wg, SymBuffer b, std::size_t offset, std::size_t byt
   const std::string reader = wg_name(me, k.name, wg->id);
   auto unwritten = [&](std::size_t from, std::size_t to) {
     return ProtocolError(fusedcoll::detail::make_string(
-        "fusedcoll emu protocol: ", reader, " read ", region_name(b.id, from, to),
+        "fusedcoll emu protocol: ", reader, " read ", region_name(*k.device->world, b.id, from, to),
         " of its mailbox, which no put of this call wrote (stale or never-sent data: wait for the "
         "signal that publishes it)"));
   };
@@ -172,7 +173,7 @@ void protocol_read(WgState* wg, SymBuffer b, std::size_t offset, std::size_t byt
     }
     throw ProtocolError(fusedcoll::detail::make_string(
         "fusedcoll emu protocol: ", reader, " read ",
-        region_name(b.id, std::max(offset, it->first), at), " that ",
+        region_name(*k.device->world, b.id, std::max(offset, it->first), at), " that ",
         wg_name(r.src_rank, r.src_kernel, r.src_wg),
         " put, without observing a signal that publishes it: ", why.str()));
   }

@@ -23,42 +23,25 @@ namespace fusedcoll::emu {
 
 using Clock = std::chrono::steady_clock;
 
-const char* to_string(Cmp c) noexcept {
-  switch (c) {
-    case Cmp::eq:
-      return "==";
-    case Cmp::ne:
-      return "!=";
-    case Cmp::gt:
-      return ">";
-    case Cmp::ge:
-      return ">=";
-    case Cmp::lt:
-      return "<";
-    case Cmp::le:
-      return "<=";
-  }
-  return "?";
-}
-
 namespace {
 
 bool satisfied(std::uint64_t current, Cmp cmp, std::uint64_t value) {
-  switch (cmp) {
-    case Cmp::eq:
-      return current == value;
-    case Cmp::ne:
-      return current != value;
-    case Cmp::gt:
-      return current > value;
-    case Cmp::ge:
-      return current >= value;
-    case Cmp::lt:
-      return current < value;
-    case Cmp::le:
-      return current <= value;
+  return fusedcoll::satisfies(current, cmp, value);
+}
+
+/// The cost model's terms of a user kernel's compute span (fusedcoll/kernel.hpp's `Cost`).
+model::Work work_of(const CostTerm& t) {
+  switch (t.kind) {
+    case CostTerm::Kind::gemm:
+      return model::gemm(t.a, t.b, t.c, t.first_touch);
+    case CostTerm::Kind::gemv:
+      return model::gemv(t.a, t.b, t.c);
+    case CostTerm::Kind::reduce:
+      return model::reduce(t.a, t.b);
+    case CostTerm::Kind::copy:
+      return model::copy(t.a);
   }
-  return false;
+  return model::copy(0);
 }
 
 }  // namespace
@@ -299,21 +282,42 @@ WaitAwaiter WgContext::wait_until(int slot, Cmp cmp, std::uint64_t value) {
 
 ClaimAwaiter WgContext::claim() { return ClaimAwaiter{s_}; }
 
-void WgContext::compute(const char* what, std::initializer_list<model::Work> work,
-                        const std::function<void()>& f) {
-  auto& world = *s_->kernel->device->world;
-  const auto start = world.tracing ? Clock::now() : Clock::time_point{};
-  f();
+namespace {
+
+/// The end of a compute span of `wg` doing `work`: its price in virtual time, else its trace event.
+void end_span(impl::WgState& wg, const char* what, const model::Work* work, std::size_t n,
+              Clock::time_point start) {
+  auto& world = *wg.kernel->device->world;
   if (impl::VirtualTime* vt = world.vt.get()) {
     double seconds = 0, node_seconds = 0;
-    for (const model::Work& w : work) {
-      seconds += model::seconds(vt->preset, w);
-      node_seconds += model::node_memory_seconds(vt->preset, w);
+    for (std::size_t i = 0; i < n; ++i) {
+      seconds += model::seconds(vt->preset, work[i]);
+      node_seconds += model::node_memory_seconds(vt->preset, work[i]);
     }
-    vt->compute(*s_, what, seconds, node_seconds);
+    vt->compute(wg, what, seconds, node_seconds);
   } else if (world.tracing) {
-    s_->kernel->trace_end(s_, what, start);
+    wg.kernel->trace_end(&wg, what, start);
   }
+}
+
+}  // namespace
+
+void WgContext::compute(const char* what, std::initializer_list<model::Work> work,
+                        const std::function<void()>& f) {
+  const auto start = span_start();
+  f();
+  end_span(*s_, what, work.begin(), work.size(), start);
+}
+
+Clock::time_point WgContext::span_start() const {
+  return s_->kernel->device->world->tracing ? Clock::now() : Clock::time_point{};
+}
+
+void WgContext::span_end(const char* what, const Cost& cost, Clock::time_point start) {
+  model::Work work[Cost::kMaxTerms];
+  const int n = cost.count < Cost::kMaxTerms ? cost.count : Cost::kMaxTerms;
+  for (int i = 0; i < n; ++i) work[i] = work_of(cost.terms[i]);
+  end_span(*s_, what, work, static_cast<std::size_t>(n), start);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -109,12 +109,15 @@ struct World::State {
   // Symmetric memory (memory.cpp): buffer i has one allocation per rank.
   struct Buffer {
     std::size_t bytes = 0;
+    std::string name;  // the allocation's tag, for reports
     std::vector<std::unique_ptr<std::byte[]>> memory;
   };
   std::mutex mem_mu;
   std::vector<Buffer> buffers;
   std::vector<int> allocs_done;  // per rank
   std::byte* buffer(SymBuffer b, int rank);
+  /// "3 ('tag')": how reports name buffer `id`.
+  std::string buffer_name(int id);
 
   // Signal slot reservations per rank, identical across ranks when calls match (memory.cpp).
   std::mutex slots_mu;

@@ -55,7 +55,7 @@ World::State::State(const WorldOptions& o) : options(o) {
   link_gbps = o.link_gbps > 0 ? o.link_gbps : env().link_gbps;
   link_latency_us = o.link_latency_us > 0 ? o.link_latency_us : env().link_latency_us;
   if (virtual_clock) link_gbps = link_latency_us = 0;  // the preset's links model them
-  trace_path = env().trace_path;
+  trace_path = !o.trace_path.empty() ? o.trace_path : env().trace_path;
   tracing = !trace_path.empty();
   origin = std::chrono::steady_clock::now();
   // Every device gets its compute units as real threads (they idle when nothing is runnable).
@@ -155,7 +155,7 @@ namespace {
 
 class EmuBackend final : public Backend {
  public:
-  explicit EmuBackend(Rank& rk) : rk_(rk) {}
+  EmuBackend(World::State& world, Rank& rk) : rk_(rk), kernels_(make_kernel_runtime(world, rk)) {}
   int rank() const noexcept override { return rk_.rank(); }
   int size() const noexcept override { return rk_.size(); }
   void barrier() override { rk_.barrier("user barrier"); }
@@ -171,9 +171,11 @@ class EmuBackend final : public Backend {
   void reduce_scatter(const ReduceScatterArgs& a) override { ops::reduce_scatter(rk_, a); }
   void all_gather(const AllGatherArgs& a) override { ops::all_gather(rk_, a); }
   void broadcast(const BroadcastArgs& a) override { ops::broadcast(rk_, a); }
+  fusedcoll::detail::KernelRuntime* kernels() noexcept override { return kernels_.get(); }
 
  private:
   Rank& rk_;
+  std::unique_ptr<fusedcoll::detail::KernelRuntime> kernels_;
 };
 
 }  // namespace
@@ -182,7 +184,7 @@ void World::run(const std::function<void(Communicator&)>& per_rank) {
   State& s = *state_;
   FC_ENFORCE(!s.broken, "this World was aborted by an earlier failure; create a new World");
   if (s.backends.empty())
-    for (auto& r : s.ranks) s.backends.push_back(std::make_shared<EmuBackend>(*r));
+    for (auto& r : s.ranks) s.backends.push_back(std::make_shared<EmuBackend>(s, *r));
 
   // A rank that fails aborts the world, so that no peer waits for it; the peers' errors from the
   // abort are secondary (World::State::throw_abort), a timeout's are not (all ranks report it).

@@ -440,7 +440,8 @@ TEST(EmuProtocol, ReadOfBytesNoPutWroteIsReported) {
           });
         });
       },
-      {"kernel 'impatient' read bytes [8, 32) of symmetric buffer 0 of its mailbox, which no put "
+      {"kernel 'impatient' read bytes [8, 32) of symmetric buffer 0 ('box') of its mailbox, which "
+       "no put "
        "of this call wrote"});
 }
 

@@ -15,6 +15,10 @@
 
 namespace fusedcoll {
 
+namespace detail {
+class KernelRuntime;  // fusedcoll/detail/kernel_runtime.hpp
+}  // namespace detail
+
 /// How a fused operator runs. Every mode gives the bits `ref/` defines.
 enum class Mode : std::uint8_t {
   /// The baseline: the compute kernel, then the collective as a separate kernel.
@@ -54,6 +58,9 @@ class Backend {
   virtual void reduce_scatter(const ReduceScatterArgs& args) = 0;
   virtual void all_gather(const AllGatherArgs& args) = 0;
   virtual void broadcast(const BroadcastArgs& args) = 0;
+  /// The host side of users' kernels (fusedcoll/kernel_launch.hpp), or null where this backend
+  /// runs none (docs/kernels.md, "Backends").
+  virtual detail::KernelRuntime* kernels() noexcept { return nullptr; }
 };
 
 /// A rank's handle on its world. Cheap to copy; copies share the backend.

@@ -70,6 +70,9 @@ struct WorldOptions {
   std::string preset{};
   /// A preset built in code; when set it is used instead of `preset`.
   std::shared_ptr<const model::Preset> model{};
+  /// Tracing: where the World writes its Chrome/Perfetto trace when it is destroyed
+  /// (docs/emulator.md, "Debugging"); empty: from `FUSEDCOLL_TRACE` (default off).
+  std::string trace_path{};
 };
 
 /// A world of `world_size` virtual GPUs. `run` executes SPMD code: one host thread per rank,

@@ -12,6 +12,8 @@
 #include "fusedcoll/gemm_alltoall.hpp"
 #include "fusedcoll/gemv_allreduce.hpp"
 #include "fusedcoll/inputs.hpp"
+#include "fusedcoll/kernel.hpp"
+#include "fusedcoll/kernel_launch.hpp"
 #include "fusedcoll/ref.hpp"
 #include "fusedcoll/tensor.hpp"
 #include "fusedcoll/version.hpp"
