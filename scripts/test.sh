@@ -56,7 +56,8 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
   -DFUSEDCOLL_BUILD_BENCH=OFF -DFUSEDCOLL_BUILD_EXAMPLES=OFF -DFUSEDCOLL_SANITIZE=thread \
   -DFUSEDCOLL_ENABLE_MPI=OFF
 cmake --build build-tsan -j "$jobs" --target emu_collectives_test emu_compressed_test emu_errors_test \
-  emu_ops_test emu_runtime_test emu_link_test emu_vtime_test gpu_proxy_queue_test kernel_api_test
+  emu_ops_test emu_runtime_test emu_link_test emu_vtime_test gpu_proxy_queue_test kernel_api_test \
+  kernel_tutorial_test kernel_ag_gemm_test
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L emu
 # The GPU proxy's queue: host threads as the device's producers, one as the proxy.
 ctest --test-dir build-tsan --output-on-failure -R '^GpuProxyQueue\.'

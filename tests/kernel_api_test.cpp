@@ -47,8 +47,7 @@ struct AllSum {
     std::int64_t n;
   };
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const int me = wg.rank(), P = wg.world_size();
     for (int j = wg.wg(); j < P; j += wg.num_wgs()) {
       const int q = (me + 1 + j) % P;
@@ -133,8 +132,7 @@ struct Lonely {
     bool broken;
   };
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const int next = (wg.rank() + 1) % wg.world_size();
     if (!p.broken || wg.rank() != 0) wg.signal_op(next, p.ready[2], fc::SignalOp::add, 1);
     FC_WAIT_UNTIL(wg, p.ready[2], fc::Cmp::ge, p.target);
@@ -164,8 +162,7 @@ struct Eager {
     std::uint64_t target;
   };
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const float v[4] = {1, 2, 3, 4};
     const int next = (wg.rank() + 1) % wg.world_size();
     wg.put_signal_nbi(next, p.box, 0, v, 4, p.ready[0], fc::SignalOp::add, 1);
@@ -196,8 +193,7 @@ struct Overrun {
     fc::Symmetric<float> box;
   };
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const float v[8] = {};
     wg.put_nbi(wg.rank(), p.box, 2, v, 8);
     FC_RETURN;

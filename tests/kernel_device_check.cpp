@@ -15,6 +15,8 @@
 
 #include "fusedcoll/detail/gemv_kernel.hpp"
 #include "fusedcoll/kernel.hpp"
+#include "kernels/ag_gemm.hpp"
+#include "kernels/tutorial.hpp"
 
 namespace fc = fusedcoll;
 
@@ -160,5 +162,11 @@ template __global__ void run_on_device<fc::detail::gemv::GemvScaleOut<ArchetypeG
     fc::detail::gemv::GemvKernelParams, Archetype);
 template __global__ void run_on_device<fc::detail::gemv::GemvPartial<ArchetypeGemvMath>>(
     fc::detail::gemv::GemvKernelParams, Archetype);
+template __global__ void run_on_device<ag_gemm::AgGemm>(ag_gemm::Params, Archetype);
+template __global__ void run_on_device<ag_gemm::Gemm>(ag_gemm::Params, Archetype);
+template __global__ void run_on_device<tutorial::ReduceScatterRelu>(tutorial::Params, Archetype);
+template __global__ void run_on_device<tutorial::MissingSignal>(tutorial::Params, Archetype);
+template __global__ void run_on_device<tutorial::ReadBeforeWait>(tutorial::Params, Archetype);
+template __global__ void run_on_device<tutorial::WrongOffset>(tutorial::Params, Archetype);
 
 }  // namespace kernel_device_check

@@ -83,8 +83,7 @@ struct GemvScaleUp {
   static constexpr const char* name = "gemv_allreduce_scale_up";
   using Params = GemvKernelParams;
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const int P = wg.world_size(), me = wg.rank();
     const std::int64_t tf = p.m * kTileN;
     float* buf = wg.local(p.wgbuf) + wg.wg() * tf;
@@ -126,8 +125,7 @@ struct GemvScaleOut {
   static constexpr const char* name = "gemv_allreduce_scale_out";
   using Params = GemvKernelParams;
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     const int P = wg.world_size(), me = wg.rank();
     float* stage = wg.local(p.stage);
     // A chunk with no tiles (N < P) has no last WG to ship it: announce the empty slice.
@@ -187,8 +185,7 @@ struct GemvPartial {
   static constexpr const char* name = "gemv";
   using Params = GemvKernelParams;
   template <class Wg>
-  FC_KERNEL_BODY(Wg)
-  run(Wg& wg, const Params& p) {
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
     for (;;) {
       const std::int64_t i = FC_CLAIM(wg);
       if (i >= p.num_tiles) break;
