@@ -15,6 +15,7 @@
 #include "emu/runtime.hpp"
 #include "emu/state.hpp"
 #include "fusedcoll/detail/spmd.hpp"
+#include "common/errors.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/fusedcoll.hpp"
@@ -31,20 +32,7 @@ fc::emu::Rank& rank_of(fc::emu::World& world, const fc::Communicator& comm) {
   return *world.state().ranks[comm.rank()];
 }
 
-/// Runs `fn` expecting an exception of type E whose message contains every needle.
-template <class E, class F>
-void expect_error(F&& fn, std::vector<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception, nothing was thrown";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in:\n" << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using fctest::expect_error;
 
 struct GemvCase {
   int world;

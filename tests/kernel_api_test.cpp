@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.hpp"
 #include "fusedcoll/emu.hpp"
 #include "fusedcoll/fusedcoll.hpp"
 #include "fusedcoll/kernel.hpp"
@@ -20,20 +21,7 @@ namespace fc = fusedcoll;
 
 namespace {
 
-/// Runs `fn` expecting an exception of type E whose message contains every needle.
-template <class E, class F>
-void expect_error(F&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception, nothing was thrown";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in:\n" << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using fctest::expect_error;
 
 /// Every rank puts its `n` values to every rank (itself too) into slot [its rank] of their
 /// `box`, with one signal per destination; each rank waits for all P, then sums the P blocks in

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include "fusedcoll/error.hpp"
 
@@ -83,6 +84,22 @@ template <class F>
     return ::testing::AssertionFailure() << "expected InvalidArgument, got a non-std exception";
   }
   return ::testing::AssertionFailure() << "expected InvalidArgument, nothing was thrown";
+}
+
+/// Runs `fn` expecting an exception of type E whose message contains every needle (the multi-rank
+/// suites: hang reports, protocol errors, mismatches found on every rank).
+template <class E, class F>
+void expect_error(F&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception, nothing was thrown";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const auto& n : needles)
+      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in:\n" << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
 }
 
 }  // namespace fctest
