@@ -174,6 +174,33 @@ TEST(KernelApi, ReadBeforeItsSignalIsAProtocolErrorNamingTheBuffer) {
       {"kernel 'eager' read bytes [0, 16) of symmetric buffer", "('inbox')"});
 }
 
+/// Every rank puts into the same bytes of rank 0's box: two writers of one destination.
+struct Collide {
+  static constexpr const char* name = "collide";
+  struct Params {
+    fc::Symmetric<float> box;
+  };
+  template <class Wg>
+  FC_KERNEL_BODY(Wg) run(Wg& wg, const Params& p) {
+    const float v[4] = {1, 2, 3, 4};
+    wg.put_nbi(0, p.box, 0, v, 4);  // the bug: no per-sender offset
+    FC_RETURN;
+  }
+};
+
+TEST(KernelApi, TwoPutsToTheSameBytesAreAProtocolErrorNamingBothWriters) {
+  fc::emu::World world({.world_size = 2, .device = {}, .timeout_s = 10, .check_protocol = true});
+  expect_error<fc::ProtocolError>(
+      [&] {
+        world.run([&](fc::Communicator& comm) {
+          fc::launch<Collide>(comm, 1, {fc::symmetric<float>(comm, "shared", 4)});
+        });
+      },
+      {"rank 0 WG 0 of kernel 'collide'", "rank 1 WG 0 of kernel 'collide'",
+       "put to rank 0 bytes [0, 16) of symmetric buffer", "('shared')",
+       "already wrote in the same call"});
+}
+
 /// Puts past the end of its destination.
 struct Overrun {
   static constexpr const char* name = "overrun";
