@@ -3,6 +3,8 @@
 #   fusedcoll_gpu_sources(out src...)  what to put in add_library/add_executable for device sources
 #   fusedcoll_gpu_target(target)       the vendor's flags and runtime on a target that has them
 #   fusedcoll_host_warnings(target)    the project's warnings on its host-compiled (CXX) sources
+#   fusedcoll_add_kernel(target HEADER h KERNELS K... [INCLUDES dir...])
+#                                      users' kernels registered with the GPU backend for target
 #
 # Floating point: the kernels follow ref/'s per-element orders, so contraction into FMA is off
 # (nvcc -fmad=false, hipcc -ffp-contract=off) as in the CPU build (docs/semantics.md); the kernels
@@ -71,6 +73,9 @@ else()
         list(APPEND incs -D${def})
       endforeach()
     endif()
+    foreach(dir IN LISTS FC_GPU_EXTRA_INCLUDES)  # fusedcoll_add_kernel's INCLUDES
+      list(APPEND incs -I${dir})
+    endforeach()
     foreach(dir IN LISTS FC_GTEST_INCLUDES)
       if(NOT dir MATCHES "^\\$<INSTALL_INTERFACE")
         string(REGEX REPLACE "^\\$<BUILD_INTERFACE:(.*)>$" "\\1" dir "${dir}")
@@ -84,7 +89,7 @@ else()
       add_custom_command(OUTPUT "${obj}"
         COMMAND ${CMAKE_COMMAND} -E make_directory "${CMAKE_CURRENT_BINARY_DIR}/hipcc"
         COMMAND ${FUSEDCOLL_HIPCC} ${FC_HIP_FLAGS} ${FC_HIP_ARCH_FLAGS} ${incs} -c "${abs}" -o "${obj}"
-        DEPENDS "${abs}" ${FC_GPU_HEADERS}
+        DEPENDS "${abs}" ${FC_GPU_HEADERS} ${FC_GPU_EXTRA_DEPENDS}
         COMMENT "hipcc ${name}.cpp (${FUSEDCOLL_HIP_ARCHITECTURES})"
         VERBATIM)
       list(APPEND objs "${obj}")
@@ -96,3 +101,49 @@ else()
   endfunction()
   set(FUSEDCOLL_GPU_RUNTIME ${FUSEDCOLL_AMDHIP64})
 endif()
+
+# fusedcoll_add_kernel(<target> HEADER <header> KERNELS <type>... [INCLUDES <dir>...])
+# Registers users' kernels with the GPU backend (docs/kernels.md, "On the GPU"): writes a
+# translation unit that includes <header> (spelled as in an #include, found through INCLUDES) and
+# registers each <type> (a kernel written against fusedcoll/kernel.hpp) with FUSEDCOLL_GPU_KERNEL,
+# compiles it with nvcc or hipcc, adds it to <target> and links fusedcoll_gpu. Call it in the
+# directory that makes <target>, an executable or a shared library (a static library would drop
+# the registration unless linked whole). fusedcoll::launch<type> then runs on a gpu::World.
+function(fusedcoll_add_kernel target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "HEADER" "KERNELS;INCLUDES")
+  if(NOT arg_HEADER OR NOT arg_KERNELS OR arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "fusedcoll_add_kernel(${target} HEADER <header> KERNELS <type>... "
+                        "[INCLUDES <dir>...]): got '${ARGN}'")
+  endif()
+  get_property(units_before TARGET ${target} PROPERTY FUSEDCOLL_KERNEL_UNITS)
+  if(NOT units_before)
+    set(units_before 0)
+  endif()
+  math(EXPR next "${units_before} + 1")
+  set_property(TARGET ${target} PROPERTY FUSEDCOLL_KERNEL_UNITS ${next})
+  set(src "${CMAKE_CURRENT_BINARY_DIR}/fusedcoll_kernels/${target}_kernels_${units_before}.cpp")
+  set(text "// Written by fusedcoll_add_kernel (cmake/FusedcollGpu.cmake) for ${target}: the GPU\n")
+  string(APPEND text "// instantiations of kernels declared in ${arg_HEADER}.\n")
+  string(APPEND text "#include \"${arg_HEADER}\"\n#include \"gpu/kernel_register.hpp\"\n\n")
+  foreach(k IN LISTS arg_KERNELS)
+    string(APPEND text "FUSEDCOLL_GPU_KERNEL(${k});\n")
+  endforeach()
+  file(CONFIGURE OUTPUT "${src}" CONTENT "${text}" @ONLY)  # rewritten only when it changes
+  set(FC_GPU_EXTRA_INCLUDES ${arg_INCLUDES})
+  set(FC_GPU_EXTRA_DEPENDS "")
+  foreach(dir IN LISTS arg_INCLUDES)
+    if(EXISTS "${dir}/${arg_HEADER}")
+      list(APPEND FC_GPU_EXTRA_DEPENDS "${dir}/${arg_HEADER}")
+    endif()
+  endforeach()
+  fusedcoll_gpu_sources(units "${src}")
+  target_sources(${target} PRIVATE ${units})
+  target_include_directories(${target} PRIVATE ${arg_INCLUDES})
+  fusedcoll_private_headers(${target})  # gpu/kernel_register.hpp
+  get_property(done TARGET ${target} PROPERTY FUSEDCOLL_GPU_TARGET)
+  if(NOT done)
+    fusedcoll_gpu_target(${target})
+    set_property(TARGET ${target} PROPERTY FUSEDCOLL_GPU_TARGET ON)
+  endif()
+  target_link_libraries(${target} PRIVATE fusedcoll_gpu)
+endfunction()

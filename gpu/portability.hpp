@@ -116,6 +116,15 @@ using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
 #define FC_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 #endif
 
+/// A kernel parameter the kernel takes the address of (a struct its device functions take by
+/// reference): on CUDA it stays in the constant parameter space instead of being copied to every
+/// thread's local memory. HIP 5.2 has no such attribute (its parameters are in memory already).
+#if defined(FC_GPU_HIP)
+#define FC_GRID_CONSTANT
+#else
+#define FC_GRID_CONSTANT __grid_constant__
+#endif
+
 namespace fusedcoll::gpu::port {
 
 /// Which agents an atomic or fence orders against. `device`: every block of this GPU, which is
@@ -179,6 +188,19 @@ __device__ inline std::uint64_t atomic_add_release(std::uint64_t* p, std::uint64
   constexpr auto scope = S == Scope::system ? cuda::thread_scope_system : cuda::thread_scope_device;
   cuda::atomic_ref<std::uint64_t, scope> ref(*p);
   return ref.fetch_add(v, cuda::std::memory_order_release);
+#endif
+}
+
+/// `*p = v` with release semantics at `scope` (a signal that sets a flag instead of adding).
+template <Scope S>
+__device__ inline void atomic_store_release(std::uint64_t* p, std::uint64_t v) {
+#if defined(FC_GPU_HIP)
+  constexpr int scope = S == Scope::system ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, scope);
+#else
+  constexpr auto scope = S == Scope::system ? cuda::thread_scope_system : cuda::thread_scope_device;
+  cuda::atomic_ref<std::uint64_t, scope> ref(*p);
+  ref.store(v, cuda::std::memory_order_release);
 #endif
 }
 

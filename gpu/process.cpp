@@ -61,12 +61,20 @@ class Process::Memory final : public proxy::DeviceMemory {
   }
   void write(int buffer, std::uint64_t offset, const void* src, std::size_t bytes) override {
     const std::lock_guard<std::mutex> lock(owner_.heap_mu_);
-    FC_CHECK_INTERNAL(buffer == owner_.heap_id_ && offset + bytes <= owner_.heap_bytes_,
-                      "fusedcoll gpu: rank ", owner_.rank_, ": a proxied put into heap ", buffer,
-                      " at ", offset, " + ", bytes, " (the heap is ", owner_.heap_id_, ", ",
-                      owner_.heap_bytes_, " bytes)");
+    // The heap, or one of allocate()'s buffers.
+    unsigned char* base = buffer == owner_.heap_id_ ? owner_.heap_ : nullptr;
+    std::size_t size = buffer == owner_.heap_id_ ? owner_.heap_bytes_ : 0;
+    for (const Allocation& a : owner_.allocations_)
+      if (a.id == buffer) {
+        base = a.own.as<unsigned char>();
+        size = a.own.bytes();
+      }
+    FC_CHECK_INTERNAL(base != nullptr && offset + bytes <= size, "fusedcoll gpu: rank ",
+                      owner_.rank_, ": a proxied put into buffer ", buffer, " at ", offset, " + ",
+                      bytes, " (the heap is ", owner_.heap_id_, ", ", owner_.heap_bytes_,
+                      " bytes; ", owner_.allocations_.size(), " other allocations)");
     FC_CHECK_GPU(gpuSetDevice(owner_.device_));
-    FC_CHECK_GPU(gpuMemcpyAsync(owner_.heap_ + offset, src, bytes, gpuMemcpyHostToDevice, stream_));
+    FC_CHECK_GPU(gpuMemcpyAsync(base + offset, src, bytes, gpuMemcpyHostToDevice, stream_));
     FC_CHECK_GPU(gpuStreamSynchronize(stream_));
   }
   void signal(int slot, std::uint64_t value, proxy::SignalOp op) override {
@@ -156,6 +164,9 @@ Process::~Process() {
   proxy_.reset();  // the thread stops before the memory it lands into goes
   memory_.reset();
   release_heap();
+  for (const Allocation& a : allocations_)
+    for (const Mapping& m : a.maps) (void)gpuIpcCloseMemHandle(m.ptr);
+  allocations_.clear();
   for (const Mapping& m : slot_maps_) (void)gpuIpcCloseMemHandle(m.ptr);
   if (ring_ != nullptr) (void)gpuFreeHost(ring_);
   if (tail_ != nullptr) (void)gpuFreeHost(tail_);
@@ -219,6 +230,44 @@ void Process::reserve(std::size_t bytes) {
         break;
     }
   }
+}
+
+int Process::allocate(const std::string& name, std::size_t bytes) {
+  Allocation a;
+  a.own = DeviceBuffer(bytes);
+  // Zeroed before any peer can map it: the exchange below is the barrier.
+  FC_CHECK_GPU(gpuMemset(a.own.get(), 0, std::max<std::size_t>(bytes, 1)));
+  FC_CHECK_GPU(gpuDeviceSynchronize());
+  const auto hs = handles_->exchange(name, bytes, handle_of(a.own.get()));
+  a.id = handles_->count() - 1;
+  a.peer.assign(static_cast<std::size_t>(size_), nullptr);
+  for (int q = 0; q < size_; ++q) {
+    unsigned char*& at = a.peer[static_cast<std::size_t>(q)];
+    switch (routes_[static_cast<std::size_t>(q)]) {
+      case process::Route::self:
+        at = a.own.as<unsigned char>();
+        break;
+      case process::Route::ipc: {
+        void* p = open_handle(hs[static_cast<std::size_t>(q)]);
+        a.maps.push_back({q, p});
+        at = static_cast<unsigned char*>(p);
+        break;
+      }
+      case process::Route::proxy:
+        at = a.shadows.emplace_back(bytes).as<unsigned char>();
+        break;
+    }
+  }
+  const int id = a.id;
+  const std::lock_guard<std::mutex> lock(heap_mu_);
+  allocations_.push_back(std::move(a));
+  return id;
+}
+
+unsigned char* Process::peer_allocation(int id, int peer) const {
+  for (const Allocation& a : allocations_)
+    if (a.id == id) return a.peer[static_cast<std::size_t>(peer)];
+  throw InternalError(detail::make_string("fusedcoll gpu: no symmetric allocation ", id));
 }
 
 unsigned char* Process::peer_heap(int peer) const {

@@ -66,6 +66,14 @@ class Process {
   /// rank's shadow of a proxied peer's heap (whose bytes then travel as put records).
   unsigned char* peer_heap(int peer) const;
 
+  /// Collective, with the same `name` and `bytes` on every rank: a symmetric allocation of its
+  /// own that lives as long as the Process (users' kernels' buffers, gpu/kernels.cpp, whose
+  /// contents survive the heap's growth), zero-filled, mapped into IPC peers and shadowed for
+  /// proxied peers like the heap. Returns its id (a put record's buffer).
+  int allocate(const std::string& name, std::size_t bytes);
+  /// Where this rank's kernels write `peer`'s copy of allocation `id` (as `peer_heap`).
+  unsigned char* peer_allocation(int id, int peer) const;
+
   /// Starts a call: refuses after a failed one (peers' state is unknown then).
   void begin_call(const std::string& op);
   void mark_failed() noexcept { failed_ = true; }
@@ -105,6 +113,15 @@ class Process {
   std::vector<unsigned char*> peer_heap_;
   std::vector<Mapping> heap_maps_;
   std::vector<DeviceBuffer> shadows_;
+  // allocate()'s buffers (guarded by heap_mu_ like the heap): own bytes, peers' as reached.
+  struct Allocation {
+    int id = -1;
+    DeviceBuffer own;
+    std::vector<unsigned char*> peer;
+    std::vector<Mapping> maps;
+    std::vector<DeviceBuffer> shadows;
+  };
+  std::vector<Allocation> allocations_;
   // The device's view of the peers: [P] slot pointers and routes.
   DeviceBuffer dev_peer_slots_, dev_routes_;
   // The proxy's queue: the ring and tail pinned, the head in device memory.

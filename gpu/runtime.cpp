@@ -155,14 +155,27 @@ void Context::begin_call(const std::string& op) {
 }
 
 int Context::slots(const std::string& name, std::int64_t count) {
-  if (next_slot_ + count > kSlotsPerRank)
-    throw UnsupportedError(detail::make_string("fusedcoll gpu: ", op_, " needs more than ",
-                                               kSlotsPerRank, " signal slots per rank ('", name,
-                                               "' asks for ", count, ")"));
+  if (next_slot_ + count > kernel_base_)
+    throw UnsupportedError(
+        detail::make_string("fusedcoll gpu: ", op_, " needs more than ", kernel_base_,
+                            " signal slots per rank ('", name, "' asks for ", count, "; ",
+                            kSlotsPerRank - kernel_base_, " are held by users' kernels' signals)"));
   const int base = next_slot_;
   next_slot_ += static_cast<int>(count);
   names_.push_back({base, static_cast<int>(count), name});
   return base;
+}
+
+int Context::kernel_slots(const std::string& name, int count) {
+  for (const SlotName& n : kernel_names_)
+    if (n.name == name && count <= n.count) return n.base;
+  if (count > kernel_base_ - next_slot_)
+    throw UnsupportedError(detail::make_string(
+        "fusedcoll gpu: signals '", name, "': ", count, " more signal slots do not fit (",
+        kernel_base_, " slots per rank are left to users' kernels and the operators)"));
+  kernel_base_ -= count;
+  kernel_names_.push_back({kernel_base_, count, name});
+  return kernel_base_;
 }
 
 std::uint64_t Context::expect(int rank, int slot, std::uint64_t count) {
@@ -219,9 +232,10 @@ void Context::finish(const std::string& op) {
 #endif
   if (rec.flag == 0) return;
   std::string slot_name = "unnamed";
-  for (const SlotName& n : names_)
-    if (rec.slot >= n.base && rec.slot < n.base + n.count)
-      slot_name = detail::make_string("'", n.name, "'[", rec.slot - n.base, "]");
+  for (const std::vector<SlotName>* list : {&names_, &kernel_names_})
+    for (const SlotName& n : *list)
+      if (rec.slot >= n.base && rec.slot < n.base + n.count)
+        slot_name = detail::make_string("'", n.name, "'[", rec.slot - n.base, "]");
   reset_slots();
   std::ostringstream os;
   if (rec.slot == kQueueFullSlot) {
@@ -231,7 +245,8 @@ void Context::finish(const std::string& op) {
   } else {
     os << "fusedcoll gpu: timeout in " << op << ": rank " << rec.rank << " block " << rec.block
        << " waited more than " << timeout_s_ << " s (FUSEDCOLL_TIMEOUT) for slot " << rec.slot
-       << " (" << slot_name << ") >= " << rec.expected << ", observed " << rec.observed
+       << " (" << slot_name << ") " << to_string(static_cast<Cmp>(rec.cmp)) << " " << rec.expected
+       << ", observed " << rec.observed
        << (process_ ? "" : " (all slots were reset; a missing signal or a block that never ran)");
   }
 #if defined(FC_GPU_PROCESS)

@@ -13,6 +13,7 @@
 
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/error.hpp"
+#include "fusedcoll/kernel.hpp"
 #include "fusedcoll/tensor.hpp"
 #include "gpu/portability.hpp"
 #include "gpu/proxy_queue.hpp"
@@ -43,6 +44,7 @@ struct TimeoutRecord {
   int slot;
   std::uint64_t expected;
   std::uint64_t observed;
+  int cmp;  // the wait's fusedcoll::Cmp (`>=` for the operators' waits)
 };
 
 /// Process mode's routes (gpu/symmetric.hpp's process::Route, as the device reads them).
@@ -135,20 +137,29 @@ __device__ inline void block_put(const SyncView& s, int me, int peer, int buffer
 /// over them, and the release-add publishes them to any block whose acquire sees the new value.
 /// In process mode the add is system-scoped (IPC peers are other processes), or, for a proxied
 /// peer, a signal record posted after the block's put records (the proxy keeps their order).
+/// `op` = set stores `v` instead (a release store: the public device API's SignalOp::set).
 template <port::Scope S = port::Scope::device>
 __device__ inline void block_signal(const SyncView& s, int peer, int slot, std::uint64_t v,
-                                    int me = -1) {
+                                    int me = -1, SignalOp op = SignalOp::add) {
   __syncthreads();
   if (threadIdx.x == 0) {
     if (s.system != 0) {
       port::fence<port::Scope::system>();
       if (proxied(s, peer))
-        post_record(s, me, proxy::make_signal(peer, slot, v, static_cast<int>(blockIdx.x)));
+        post_record(
+            s, me,
+            proxy::make_signal(peer, slot, v, static_cast<int>(blockIdx.x),
+                               op == SignalOp::set ? proxy::SignalOp::set : proxy::SignalOp::add));
+      else if (op == SignalOp::set)
+        port::atomic_store_release<port::Scope::system>(slot_ptr(s, peer, slot), v);
       else
         port::atomic_add_release<port::Scope::system>(slot_ptr(s, peer, slot), v);
     } else {
       port::fence<S>();
-      port::atomic_add_release<S>(slot_ptr(s, peer, slot), v);
+      if (op == SignalOp::set)
+        port::atomic_store_release<S>(slot_ptr(s, peer, slot), v);
+      else
+        port::atomic_add_release<S>(slot_ptr(s, peer, slot), v);
     }
   }
 }
@@ -168,16 +179,18 @@ __device__ inline std::uint64_t slot_value(const SyncView& s, std::uint64_t* p, 
   return v;
 }
 
-/// Waits until this rank's slot `slot` reaches `target` (targets are cumulative, computed by the
-/// host). Returns false on every thread when the wait timed out (the record names it) or another
-/// block's wait did (the kernel is being abandoned); callers then return from the kernel.
+/// Waits until this rank's slot `slot` satisfies `cmp value` (the operators wait for `>=` a
+/// cumulative target computed by the host). Returns false on every thread when the wait timed out
+/// (the record names it) or another block's wait did (the kernel is being abandoned); callers then
+/// return from the kernel.
 template <port::Scope S = port::Scope::device>
-__device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint64_t target) {
+__device__ inline bool block_wait_until(const SyncView& s, int me, int slot, Cmp cmp,
+                                        std::uint64_t value) {
   if constexpr (S == port::Scope::device) {
     if (s.system != 0) {  // peers in other processes: system scope throughout
       SyncView sys = s;
       sys.system = 0;
-      return block_wait<port::Scope::system>(sys, me, slot, target);
+      return block_wait_until<port::Scope::system>(sys, me, slot, cmp, value);
     }
   }
   __shared__ int ok;
@@ -185,12 +198,12 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
     int result = 1;
     std::uint64_t* p = slot_ptr(s, me, slot);
     std::uint64_t v = slot_value<S>(s, p, slot, true);
-    if (v < target) {
+    if (!satisfies(v, cmp, value)) {
       const std::uint64_t t0 = port::device_clock();
       volatile unsigned int* flag = &s.record->flag;
       // Polls with relaxed loads: an acquire load per poll invalidates the SM's L1 every
       // iteration under the blocks still working there; the acquire below orders what follows.
-      while ((v = slot_value<S>(s, p, slot, false)) < target) {
+      while (!satisfies(v = slot_value<S>(s, p, slot, false), cmp, value)) {
         if (*flag != 0u) {
           result = 0;
           break;
@@ -200,8 +213,9 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
             s.record->rank = me;
             s.record->block = static_cast<int>(blockIdx.x);
             s.record->slot = slot;
-            s.record->expected = target;
+            s.record->expected = value;
             s.record->observed = v;
+            s.record->cmp = static_cast<int>(cmp);
             port::fence<port::Scope::system>();
             *flag = 1u;
           }
@@ -221,23 +235,40 @@ __device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint
   return result;
 }
 
+/// Waits until this rank's slot `slot` reaches `target` (`block_wait_until` with `>=`).
+template <port::Scope S = port::Scope::device>
+__device__ inline bool block_wait(const SyncView& s, int me, int slot, std::uint64_t target) {
+  return block_wait_until<S>(s, me, slot, Cmp::ge, target);
+}
+
+/// Adds `v` to a local counter once every thread of the block has finished its earlier writes,
+/// and returns the value before on every thread. Acquire and release: the block whose add brings
+/// a done-counter to its target sees what every earlier adder wrote before its add. `landed`, when
+/// given, is what the proxy landed on the same slot (process mode), added to the value returned.
+template <port::Scope S = port::Scope::device>
+__device__ inline std::uint64_t block_fetch_add(std::uint64_t* counter, std::uint64_t v,
+                                                const std::uint64_t* landed = nullptr) {
+  __shared__ unsigned long long before;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    port::fence<S>();
+    before = port::atomic_add_acq_rel<S>(counter, v);
+    if (landed != nullptr)
+      before += port::atomic_load_acquire<port::Scope::system>(const_cast<std::uint64_t*>(landed));
+    port::fence<S>();
+  }
+  __syncthreads();
+  const std::uint64_t result = before;
+  __syncthreads();  // nobody rewrites `before` before every thread has read it
+  return result;
+}
+
 /// Adds 1 to a local done-counter and tells every thread of the block whether this block's add
 /// reached `target` (it finished the last tile of a slice). The acquire half makes the other
 /// blocks' tiles of the slice visible to the last block, which then copies the slice.
 template <port::Scope S = port::Scope::device>
 __device__ inline bool block_done_is_last(std::uint64_t* counter, std::uint64_t target) {
-  __shared__ int last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    port::fence<S>();
-    const std::uint64_t old = port::atomic_add_acq_rel<S>(counter, 1);
-    port::fence<S>();
-    last = old + 1 == target ? 1 : 0;
-  }
-  __syncthreads();
-  const bool result = last != 0;
-  __syncthreads();
-  return result;
+  return block_fetch_add<S>(counter, 1) + 1 == target;
 }
 
 /// Claims the next index (0, 1, 2, ...) of a persistent kernel's work queue: one counter per
@@ -418,6 +449,7 @@ class Context {
   /// Process mode's state (null in the single-GPU mode).
   Process* process() const noexcept { return process_.get(); }
   int sms() const noexcept { return sms_; }
+  int device() const noexcept { return device_; }
   const std::string& device_name() const noexcept { return name_; }
   gpuStream_t stream() const noexcept { return stream_; }
   SyncView view() const noexcept;
@@ -428,6 +460,11 @@ class Context {
   /// Reserves `count` slot ids (the same on every rank) named `name`; throws UnsupportedError when
   /// the call needs more than kSlotsPerRank.
   int slots(const std::string& name, std::int64_t count);
+  /// Reserves `count` slot ids named `name` for users' kernels (fusedcoll/kernel_launch.hpp's
+  /// `signals`, gpu/kernels.cpp), kept for the World's life: from the top of the slot space down,
+  /// so the operators' per-call slots (from the bottom) never meet them. The same name with no
+  /// larger count returns the same slots. Throws UnsupportedError when the two ranges would meet.
+  int kernel_slots(const std::string& name, int count);
   /// The cumulative value `rank`'s `slot` reaches once it received `count` more updates in this
   /// call: the target of the call's wait (and, for done-masks, of the last adder).
   std::uint64_t expect(int rank, int slot, std::uint64_t count);
@@ -472,6 +509,8 @@ class Context {
   std::vector<std::uint64_t> issued_;
   std::vector<SlotName> names_;
   int next_slot_ = 0;
+  std::vector<SlotName> kernel_names_;  // users' kernels' signals, [kernel_base_, kSlotsPerRank)
+  int kernel_base_ = kSlotsPerRank;
   std::string op_;
 };
 

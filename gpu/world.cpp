@@ -20,6 +20,7 @@
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/gpu.hpp"
 #include "gpu/collectives.hpp"
+#include "gpu/kernels.hpp"
 #include "gpu/ops.hpp"
 #if defined(FC_GPU_PROCESS)
 #include <mpi.h>
@@ -123,6 +124,8 @@ struct World::State {
   std::unique_ptr<MpiSession> mpi;  // before ctx: MPI outlives the Process in ctx
 #endif
   Context ctx;
+  // Users' kernels (gpu/kernels.hpp): buffers and signals that live as long as the World.
+  std::unique_ptr<Kernels> kernels;
 
   // The rendezvous of `run`'s host threads.
   std::mutex m;
@@ -142,6 +145,15 @@ struct World::State {
 #endif
         ctx(make_context(o)),
         args(static_cast<std::size_t>(ctx.world_size()), nullptr) {
+    if (ctx.me() >= 0) {
+      kernels = std::make_unique<Kernels>(ctx);
+    } else {
+      kernels = std::make_unique<Kernels>(
+          ctx, [this](int rank, const std::string& what, const void* arg,
+                      const std::function<void(const std::vector<const void*>&)>& work) {
+            collective(rank, what, arg, work);
+          });
+    }
   }
 
   /// Every rank's call of `name` meets here; the last one runs `work` with all ranks' arguments.
@@ -212,7 +224,8 @@ Context make_context(const WorldOptions& o) {
 /// This process's rank in process mode: every call meets the peers' in agree_world.
 class ProcessBackend final : public Backend {
  public:
-  explicit ProcessBackend(Context& ctx) : ctx_(ctx) {}
+  ProcessBackend(Context& ctx, Kernels& kernels) : ctx_(ctx), kernels_(kernels) {}
+  detail::KernelRuntime* kernels() noexcept override { return kernels_.rank(ctx_.me()); }
   int rank() const noexcept override { return ctx_.me(); }
   int size() const noexcept override { return ctx_.world_size(); }
   void barrier() override {
@@ -248,12 +261,14 @@ class ProcessBackend final : public Backend {
                             "remains'); embedding_alltoall is, in every mode"));
   }
   Context& ctx_;
+  Kernels& kernels_;
 };
 
 /// One rank's `Backend`: every call is a rendezvous of all ranks.
 class RankBackend final : public Backend {
  public:
   RankBackend(World::State& s, int rank) : s_(s), rank_(rank) {}
+  detail::KernelRuntime* kernels() noexcept override { return s_.kernels->rank(rank_); }
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return s_.ctx.world_size(); }
   void barrier() override {
@@ -380,7 +395,7 @@ void World::broadcast(std::span<const BroadcastArgs> ranks) {
 void World::run(const std::function<void(Communicator&)>& per_rank) {
   State& s = *state_;
   if (s.ctx.me() >= 0) {
-    Communicator comm(std::make_shared<ProcessBackend>(s.ctx));
+    Communicator comm(std::make_shared<ProcessBackend>(s.ctx, *s.kernels));
     per_rank(comm);
     return;
   }

@@ -16,6 +16,7 @@
 #include "fusedcoll/gpu.hpp"
 #include "tests/common/mpi_gtest.hpp"
 #include "tests/common/op_cases.hpp"
+#include "tests/gpu/kernel_cases.hpp"
 #include "tests/gpu/signal_probe.hpp"
 
 namespace {
@@ -106,6 +107,62 @@ TEST(GpuProcess, MissingSignalNamesTheSlotAndThePeer) {
     EXPECT_NE(w.find("for slot 1 ('test.from'[1]) >= 2, observed 1"), std::string::npos) << w;
     EXPECT_NE(w.find("rank 0's proxy: slot 1 got"), std::string::npos) << w;
   }
+}
+
+// Users' kernels (docs/kernels.md, "On the GPU"): the tutorial's, the AllGather + GEMM example's
+// fused kernel and the API's corners, each rank against the oracle, through IPC or the proxy.
+TEST(GpuProcess, UsersKernelsMatchTheirOraclesOnEveryRank) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  using namespace fctest::kernels;
+  gpu.run([&](fc::Communicator& comm) {
+    for (int grid : {1, 2, 3}) EXPECT_EQ(tutorial_case(comm, 1000, grid), "") << route_note();
+    EXPECT_EQ(ag_gemm_case(comm, ag_gemm_rows(P, 1), 23, 70, true), "") << route_note();
+    EXPECT_EQ(ag_gemm_case(comm, ag_gemm_rows(P, 3), 300, 200, true), "") << route_note();
+    ProbeCase c(comm, 1001, 37, 5, 13, 17);
+    for (int grid : {1, 2, 5, fc::max_grid<probe::Corners>(comm)})
+      EXPECT_EQ(c.launch(comm, grid), "") << "grid " << grid << route_note();
+  });
+}
+
+// The example's unfused baseline needs process mode's AllGather: bit-exact once it runs, until
+// then the same clear error on every rank.
+TEST(GpuProcess, AgGemmUnfusedMatchesOrIsAClearError) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  gpu.run([&](fc::Communicator& comm) {
+    try {
+      EXPECT_EQ(
+          fctest::kernels::ag_gemm_case(comm, fctest::kernels::ag_gemm_rows(P, 1), 23, 70, false),
+          "")
+          << route_note();
+    } catch (const fc::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("all_gather"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(GpuProcess, UsersKernelsMissingSignalNamesTheSignal) {
+  FC_REQUIRE_GPU();
+  fc::gpu::WorldOptions o = process_options();
+  o.timeout_s = 0.5;
+  fc::gpu::World gpu(o);
+  const int P = gpu.size();
+  gpu.run([&](fc::Communicator& comm) {
+    try {
+      tutorial::reduce_scatter_relu<tutorial::MissingSignal>(
+          comm, tutorial::x_of(comm.rank(), P, 37), tutorial::bias_of(comm.rank(), 37));
+      ADD_FAILURE() << "rank " << comm.rank() << " waited for a signal that never came";
+    } catch (const fc::TimeoutError& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("kernel 'missing_signal': rank " + std::to_string(comm.rank()) + " block 0"),
+                std::string::npos)
+          << w;
+      EXPECT_NE(w.find("('tutorial.arrived'[0]) >= " + std::to_string(P)), std::string::npos) << w;
+    }
+  });
 }
 
 }  // namespace
