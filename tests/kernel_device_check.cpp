@@ -1,20 +1,14 @@
 // Compile check, run by ctest with nvcc (-x cu) and hipcc (-x hip) when they are installed: the
 // public device API (fusedcoll/kernel.hpp) and kernel bodies written against it compile as GPU
-// device code, with no backend #ifdef in the bodies. Nothing here runs.
-//
-// `Archetype` is a compile-time stand-in for a GPU backend's workgroup: every member the API
-// names, as a `__device__` function of a block of threads, so that a body that calls anything
-// else, or that only compiles as a coroutine, fails here. It is not the GPU backend's
-// implementation (gpu/ has that, with its timeouts and scopes) and is never launched.
-
-#if defined(__HIPCC__)
-#include <hip/hip_runtime.h>
-#endif
+// device code over the GPU backend's own workgroup (gpu/kernel_wg.hpp's DeviceWg and its
+// `__global__` entry), with no backend #ifdef in the bodies. Nothing here runs; the GPU builds of
+// scripts/test.sh compile the same bodies into the backend, and its `gpu` suites run them.
 
 #include <cstdint>
 
 #include "fusedcoll/detail/gemv_kernel.hpp"
 #include "fusedcoll/kernel.hpp"
+#include "gpu/kernel_wg.hpp"
 #include "kernels/ag_gemm.hpp"
 #include "kernels/tutorial.hpp"
 
@@ -22,106 +16,8 @@ namespace fc = fusedcoll;
 
 namespace kernel_device_check {
 
-struct Archetype {
-  using Task = void;
-  void** bases;  // [P][buffers]
-  int buffers;
-  std::uint64_t* slots;  // [P][slots]
-  int slots_per_rank;
-  unsigned long long* claims;
-
-  __device__ int rank() const { return static_cast<int>(blockIdx.y); }
-  __device__ int world_size() const { return static_cast<int>(gridDim.y); }
-  __device__ int wg() const { return static_cast<int>(blockIdx.x); }
-  __device__ int num_wgs() const { return static_cast<int>(gridDim.x); }
-  __device__ int thread_rank() const { return static_cast<int>(threadIdx.x); }
-  __device__ int num_threads() const { return static_cast<int>(blockDim.x); }
-  __device__ void sync() { __syncthreads(); }
-  template <class T>
-  __device__ T* at(int pe, fc::Symmetric<T> b) const {
-    return static_cast<T*>(bases[pe * buffers + b.id]);
-  }
-  template <class T>
-  __device__ T* local(fc::Symmetric<T> b) const {
-    return at(rank(), b);
-  }
-  template <class T>
-  __device__ T* read(fc::Symmetric<T> b, std::int64_t first, std::int64_t) const {
-    return local(b) + first;
-  }
-  template <class T>
-  __device__ void put_nbi(int pe, fc::Symmetric<T> dst, std::int64_t first, const T* src,
-                          std::int64_t count) {
-    __syncthreads();
-    T* d = at(pe, dst) + first;
-    for (std::int64_t i = thread_rank(); i < count; i += num_threads()) d[i] = src[i];
-  }
-  template <class T>
-  __device__ void put_rows_nbi(int pe, fc::Symmetric<T> dst, std::int64_t first,
-                               std::int64_t dst_ld, const T* src, std::int64_t src_ld,
-                               std::int64_t rows, std::int64_t cols) {
-    __syncthreads();
-    T* d = at(pe, dst) + first;
-    for (std::int64_t e = thread_rank(); e < rows * cols; e += num_threads())
-      d[(e / cols) * dst_ld + e % cols] = src[(e / cols) * src_ld + e % cols];
-  }
-  __device__ void signal_op(int pe, fc::Signal s, fc::SignalOp op, std::uint64_t v) {
-    __syncthreads();
-    if (thread_rank() == 0) {
-      __threadfence();
-      auto* p = reinterpret_cast<unsigned long long*>(slots + pe * slots_per_rank + s.slot);
-      if (op == fc::SignalOp::add)
-        atomicAdd(p, v);
-      else
-        atomicExch(p, v);
-    }
-  }
-  template <class T>
-  __device__ void put_signal_nbi(int pe, fc::Symmetric<T> dst, std::int64_t first, const T* src,
-                                 std::int64_t count, fc::Signal s, fc::SignalOp op,
-                                 std::uint64_t v) {
-    put_nbi(pe, dst, first, src, count);
-    signal_op(pe, s, op, v);
-  }
-  __device__ std::uint64_t signal_fetch(fc::Signal s) const {
-    return *static_cast<volatile std::uint64_t*>(slots + rank() * slots_per_rank + s.slot);
-  }
-  __device__ std::uint64_t signal_fetch_add(fc::Signal s, std::uint64_t v) {
-    __shared__ unsigned long long old;
-    __syncthreads();
-    if (thread_rank() == 0)
-      old = atomicAdd(
-          reinterpret_cast<unsigned long long*>(slots + rank() * slots_per_rank + s.slot), v);
-    __syncthreads();
-    return old;
-  }
-  __device__ bool wait_until(fc::Signal s, fc::Cmp cmp, std::uint64_t v) {
-    while (!fc::satisfies(signal_fetch(s), cmp, v)) {
-    }
-    __syncthreads();
-    return true;
-  }
-  __device__ std::int64_t claim() {
-    __shared__ unsigned long long i;
-    __syncthreads();
-    if (thread_rank() == 0) i = atomicAdd(claims + rank(), 1ull);
-    __syncthreads();
-    return static_cast<std::int64_t>(i);
-  }
-  __device__ void fence() { __threadfence(); }
-  __device__ void quiet() {
-    __syncthreads();
-    __threadfence();
-  }
-  template <class F>
-  __device__ void compute(const char*, const fc::Cost&, F&& f) {
-    f();
-    __syncthreads();
-  }
-};
-
 /// The GEMV kernels' arithmetic as plain thread loops (the GPU backend has its tuned one).
-struct ArchetypeGemvMath {
+struct PlainGemvMath {
   template <class Wg>
   __device__ static void tile(Wg& wg, const fc::detail::gemv::GemvKernelParams& p,
                               const fc::detail::gemv::Tile& t, float* out, std::int64_t ld) {
@@ -150,23 +46,20 @@ struct ArchetypeGemvMath {
   }
 };
 
+// Each body's `__global__` entry over the GPU's workgroup (gpu::kernel_entry, which
+// fusedcoll_add_kernel registers): taking its address instantiates it, so each must compile.
 template <class K>
-__global__ void run_on_device(typename K::Params p, Archetype wg) {
-  K::run(wg, p);
-}
-
-// One instantiation per body: each must compile as device code.
-template __global__ void run_on_device<fc::detail::gemv::GemvScaleUp<ArchetypeGemvMath>>(
-    fc::detail::gemv::GemvKernelParams, Archetype);
-template __global__ void run_on_device<fc::detail::gemv::GemvScaleOut<ArchetypeGemvMath>>(
-    fc::detail::gemv::GemvKernelParams, Archetype);
-template __global__ void run_on_device<fc::detail::gemv::GemvPartial<ArchetypeGemvMath>>(
-    fc::detail::gemv::GemvKernelParams, Archetype);
-template __global__ void run_on_device<ag_gemm::AgGemm>(ag_gemm::Params, Archetype);
-template __global__ void run_on_device<ag_gemm::Gemm>(ag_gemm::Params, Archetype);
-template __global__ void run_on_device<tutorial::ReduceScatterRelu>(tutorial::Params, Archetype);
-template __global__ void run_on_device<tutorial::MissingSignal>(tutorial::Params, Archetype);
-template __global__ void run_on_device<tutorial::ReadBeforeWait>(tutorial::Params, Archetype);
-template __global__ void run_on_device<tutorial::WrongOffset>(tutorial::Params, Archetype);
+constexpr auto entry = &fc::gpu::kernel_entry<K, fc::gpu::min_blocks_of<K>()>;
+[[maybe_unused]] const void* const kEntries[] = {
+    reinterpret_cast<const void*>(entry<fc::detail::gemv::GemvScaleUp<PlainGemvMath>>),
+    reinterpret_cast<const void*>(entry<fc::detail::gemv::GemvScaleOut<PlainGemvMath>>),
+    reinterpret_cast<const void*>(entry<fc::detail::gemv::GemvPartial<PlainGemvMath>>),
+    reinterpret_cast<const void*>(entry<ag_gemm::AgGemm>),
+    reinterpret_cast<const void*>(entry<ag_gemm::Gemm>),
+    reinterpret_cast<const void*>(entry<tutorial::ReduceScatterRelu>),
+    reinterpret_cast<const void*>(entry<tutorial::MissingSignal>),
+    reinterpret_cast<const void*>(entry<tutorial::ReadBeforeWait>),
+    reinterpret_cast<const void*>(entry<tutorial::WrongOffset>),
+};
 
 }  // namespace kernel_device_check
