@@ -61,40 +61,38 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
   const int P = rk.size(), me = rk.rank();
   const std::size_t elem = dtype_size(spec.dtype);
   const int64_t max_len = spec.parts.max_len;
-  const auto& off = spec.parts.off;
-  const auto& len = spec.parts.len;
 
-  // Scratch (collective; sizes agree because the parts do). `in`: [source][max_len], where part
+  // Scratch (collective; sizes agree because the parts do). `in`: the plan's inbox, where part
   // me's contributions land. `out`: the folded results; with gather, in the layout of the full
   // buffer (part q at off[q]) on every rank, else this rank's part alone.
-  const SymBuffer in =
-      rk.scratch(spec.key + ".in", bytes_of(P > 1 ? int64_t{P} * max_len : 0, elem));
+  OwnerPlan plan = owner_plan(rk, spec.parts, elem, spec.gather);
+  const SymBuffer in = rk.scratch(spec.key + ".in", bytes_of(plan.inbox_elems(), elem));
   const SymBuffer out =
       rk.scratch(spec.key + ".out", bytes_of(spec.gather ? spec.parts.total : max_len, elem));
-  const OwnerSchedule sc = owner_schedule(rk, spec.key, spec.parts, elem, spec.gather);
+  const OwnerSchedule sc = owner_schedule(rk, spec.key, std::move(plan));
+  const OwnerPlan& pl = sc.plan;
   if (max_len == 0) return;  // nothing moves; every rank agrees
-  const int64_t te = sc.te;
 
   const auto* send = cbytes(spec.send);
   auto* recv = mbytes(spec.recv);
-  const int64_t my_base = spec.gather ? off[me] : 0;  // of part me in `out` and `recv`
+  const int64_t my_base = spec.gather ? pl.parts.off[me] : 0;  // of part me in `out` and `recv`
 
-  rk.launch(spec.key, grid_for(rk, owner_work(sc)), [&](WgContext& wg) -> WgTask {
+  rk.launch(spec.key, grid_for(rk, pl.most_items()), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     // 1. Scatter: this rank's slice of part q goes to owner q's row `me` (remote owners first).
-    for (std::size_t i = w; i < sc.scatter.size(); i += G) {
-      const int q = sc.scatter[i].peer, t = sc.scatter[i].tile;
-      const Span s = tile_of(len[q], te, t);
-      wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, elem),
-                    send + bytes_of(off[q] + s.begin, elem), bytes_of(s.length, elem),
-                    sc.in_slot + t, SignalOp::add, 1);
+    for (std::size_t i = w; i < pl.scatter.size(); i += G) {
+      const Item& it = pl.scatter[i];
+      const Span s = pl.span(it);
+      wg.put_signal(it.peer, in, bytes_of(pl.inbox_at(me) + s.begin, elem),
+                    send + bytes_of(pl.at(it), elem), bytes_of(s.length, elem),
+                    sc.in_slot + it.tile, SignalOp::add, 1);
     }
     // 2. Reduce part me, tile by tile, once all P - 1 contributions are in: acc = v_0, then
     //    acc = acc op v_p in rank order (this rank's own value read from its send buffer).
-    for (std::size_t i = w; i < sc.reduce.size(); i += G) {
-      const int t = sc.reduce[i].tile;
+    for (std::size_t i = w; i < pl.reduce.size(); i += G) {
+      const int t = pl.reduce[i].tile;
       co_await wg.wait_until(sc.in_slot + t, Cmp::ge, sc.in_target[t]);
-      const Span s = tile_of(len[me], te, t);
+      const Span s = pl.span(pl.reduce[i]);
       const std::size_t bytes = bytes_of(s.length, elem);
       std::byte* acc = wg.local(out) + bytes_of(my_base + s.begin, elem);
       wg.compute("reduce",
@@ -102,8 +100,8 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
                   model::reduce(s.length * (P - 1), static_cast<int64_t>(elem))},
                  [&] {
         auto value_of = [&](int p) -> const std::byte* {
-          return p == me ? send + bytes_of(off[me] + s.begin, elem)
-                         : wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, elem), bytes);
+          return p == me ? send + bytes_of(pl.at(pl.reduce[i]), elem)
+                         : wg.read(in, bytes_of(pl.inbox_at(p) + s.begin, elem), bytes);
         };
         std::memcpy(acc, value_of(0), bytes);
         for (int p = 1; p < P; ++p)
@@ -112,7 +110,7 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
           fusedcoll::detail::finish_average(acc, s.length, spec.dtype, P);
       });
       if (spec.gather)
-        for (int q : sc.order)
+        for (int q : pl.order)
           if (q != me)
             wg.put_signal(q, out, bytes_of(my_base + s.begin, elem), acc, bytes,
                           sc.out_slot_of(me, t), SignalOp::add, 1);
@@ -120,12 +118,12 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
       copy_span(wg, recv + bytes_of(my_base + s.begin, elem), acc, bytes);
     }
     // 3. Gather: copy the other owners' results out of scratch as their tiles arrive.
-    for (std::size_t i = w; i < sc.collect.size(); i += G) {
-      const int q = sc.collect[i].peer, t = sc.collect[i].tile;
-      co_await wg.wait_until(sc.out_slot_of(q, t), Cmp::ge, sc.out_target[q * sc.mt + t]);
-      const Span s = tile_of(len[q], te, t);
-      const std::size_t at = bytes_of(off[q] + s.begin, elem);
-      copy_span(wg, recv + at, wg.read(out, at, bytes_of(s.length, elem)), bytes_of(s.length, elem));
+    for (std::size_t i = w; i < pl.collect.size(); i += G) {
+      const Item& it = pl.collect[i];
+      co_await wg.wait_until(sc.out_slot_of(it.peer, it.tile), Cmp::ge,
+                             sc.out_target[it.peer * sc.mt + it.tile]);
+      const std::size_t at = bytes_of(pl.at(it), elem), bytes = bytes_of(pl.span(it).length, elem);
+      copy_span(wg, recv + at, wg.read(out, at, bytes), bytes);
     }
     co_return;
   });
@@ -268,7 +266,7 @@ void all_reduce(Rank& rk, const AllReduceArgs& args) {
   // direct (and ring with P = 1, whose order [0] is direct's).
   OwnerReduce spec;
   spec.key = "all_reduce.direct";
-  spec.parts = chunk_parts(args.count, P);
+  spec.parts = Parts::chunks(args.count, P);
   spec.dtype = args.dtype;
   spec.op = args.op;
   spec.gather = true;
@@ -286,7 +284,7 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
   leave_args(rk, "reduce_scatter");
   OwnerReduce spec;
   spec.key = "reduce_scatter";
-  spec.parts = count_parts(args.recv_counts);
+  spec.parts = Parts::counts(args.recv_counts);
   spec.dtype = args.dtype;
   spec.op = args.op;
   spec.gather = false;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emu/ops.hpp"
@@ -52,81 +53,46 @@ inline void copy_span(WgContext& wg, void* dst, const void* src, std::size_t byt
 }
 
 // ---------------------------------------------------------------------------------------------
-// Owner reduction: rank q folds part q (off[q], len[q]) of every rank's send buffer in rank
-// order. The engine of AllReduce `direct` (parts = chunk_of, then an all-gather of the results)
-// and of ReduceScatter (parts = recv_counts, no all-gather).
+// Owner reduction (detail/collective_plan.hpp, OwnerPlan): AllReduce `direct` and ReduceScatter.
 
-/// The parts of an owner reduction, in elements: part q is [off[q], off[q] + len[q]).
-struct Parts {
-  std::vector<int64_t> off, len;
-  int64_t max_len = 0;  // the longest part
-  int64_t total = 0;    // where the last part ends
-};
-/// AllReduce's parts: chunk_of(count, P, q), the same on every rank.
-inline Parts chunk_parts(int64_t count, int P) {
-  Parts p;
-  for (int q = 0; q < P; ++q) {
-    const Chunk c = chunk_of(count, P, q);
-    p.off.push_back(c.offset);
-    p.len.push_back(c.length);
-    p.max_len = std::max(p.max_len, c.length);
-  }
-  p.total = count;
-  return p;
-}
-/// ReduceScatter's parts: `counts` laid end to end.
-inline Parts count_parts(const std::vector<int64_t>& counts) {
-  Parts p;
-  for (int64_t n : counts) {
-    p.off.push_back(p.total);
-    p.len.push_back(n);
-    p.max_len = std::max(p.max_len, n);
-    p.total += n;
-  }
-  return p;
-}
+using fusedcoll::detail::collective::OwnerPlan;
+using fusedcoll::detail::collective::Parts;
 
-/// One rank's share of an owner reduction: `scatter` (its slices of the other owners' parts,
-/// remote-first `order`), `reduce` (its own part's tiles) and, with gather, `collect` (the other
-/// owners' finished tiles), with the cumulative signal targets the reduce and collect tiles wait
-/// for. Every part is cut into tiles of `te` elements (those of the longest part). The plain and
-/// the compressed-wire kernels share it.
+/// An owner reduction's plan on this rank's slots: in[tile] (the P - 1 contributions to this
+/// rank's part) and, with gather, out[part][tile] (the owners' finished tiles), each with the
+/// cumulative target its reduce or collect tile waits for. The plain and the compressed-wire
+/// kernels share it.
 struct OwnerSchedule {
-  int64_t te = 1;
-  int mt = 1;            // the slots' stride: tiles per part at most
-  int in_slot = 0;       // [tile]: the P - 1 contributions to this rank's part
-  int out_slot = 0;      // [part][tile]: the owners' finished tiles (gather only)
-  std::vector<int> order;
-  std::vector<Item> scatter, reduce, collect;
-  std::vector<std::uint64_t> in_target, out_target;  // [tile], [part * mt + tile]
+  OwnerPlan plan;
+  int mt = 1;        // the slots' stride: tiles per part at most
+  int in_slot = 0;   // [tile]
+  int out_slot = 0;  // [part][tile] (gather only)
+  std::vector<std::uint64_t> in_target{}, out_target{};  // [tile], [part * mt + tile]
 
   int out_slot_of(int part, int tile) const { return out_slot + part * mt + tile; }
 };
 
-/// Reserves the slots under `key` (collective: every rank, before anything may return early) and,
-/// unless no part has an element, lists the work; tiles are cut in `tile_elem`-byte elements.
-inline OwnerSchedule owner_schedule(Rank& rk, const std::string& key, const Parts& parts,
-                                    std::size_t tile_elem, bool gather) {
-  const int P = rk.size(), me = rk.rank();
-  const Tiling tl = tiling_of(rk);
-  OwnerSchedule s;
-  s.mt = tl.max_tiles;
+/// This rank's plan, tiled for its device in `tile_elem`-byte elements.
+inline OwnerPlan owner_plan(const Rank& rk, Parts parts, std::size_t tile_elem, bool gather) {
+  return OwnerPlan(std::move(parts), rk.rank(), rk.size(), tiling_of(rk), tile_elem, gather);
+}
+
+/// Reserves the slots of `plan` under `key` (collective: every rank, before anything may return
+/// early) and, unless no part has an element, sets the targets.
+inline OwnerSchedule owner_schedule(Rank& rk, const std::string& key, OwnerPlan plan) {
+  const int P = rk.size();
+  OwnerSchedule s{std::move(plan)};
+  const bool gather = s.plan.gather;
+  s.mt = tiling_of(rk).max_tiles;
   s.in_slot = rk.slots(key + ".in", s.mt);
   // Only the all-gather uses them (the same choice on every rank).
   s.out_slot = gather ? rk.slots(key + ".out", P * s.mt) : 0;
-  if (parts.max_len == 0) return s;
-  s.te = tl.elems(parts.max_len, tile_elem);
-  s.order = remote_first(me, P);
-  for (int q : s.order)
-    for (int t = 0; t < num_tiles(parts.len[q], s.te); ++t) {
-      if (q != me) s.scatter.push_back({q, t});
-      if (q != me && gather) s.collect.push_back({q, t});
-    }
-  for (int t = 0; t < num_tiles(parts.len[me], s.te); ++t) s.reduce.push_back({me, t});
+  if (s.plan.parts.max_len == 0) return s;
   s.in_target.assign(s.mt, 0);
   s.out_target.assign(std::size_t(P) * s.mt, 0);
-  for (const Item& it : s.reduce) s.in_target[it.tile] = rk.expect(s.in_slot + it.tile, P - 1);
-  for (const Item& it : s.collect) {
+  for (const Item& it : s.plan.reduce)
+    s.in_target[it.tile] = rk.expect(s.in_slot + it.tile, s.plan.in_signals());
+  for (const Item& it : s.plan.collect) {
     const int slot = it.peer * s.mt + it.tile;
     s.out_target[slot] = rk.expect(s.out_slot + slot, 1);
   }
@@ -157,7 +123,7 @@ inline RingSchedule ring_schedule(Rank& rk, const std::string& key, int64_t coun
   const int P = rk.size();
   const Tiling tl = tiling_of(rk);
   RingSchedule s;
-  s.parts = chunk_parts(count, P);
+  s.parts = Parts::chunks(count, P);
   s.steps = P - 1;
   s.mt = tl.max_tiles;
   s.te = tl.elems(s.parts.max_len, tile_elem);
@@ -175,11 +141,6 @@ inline RingSchedule ring_schedule(Rank& rk, const std::string& key, int64_t coun
       s.ag_target[st * s.nt + t] = rk.expect(s.ag_slot + st * s.mt + t, 1);
     }
   return s;
-}
-
-/// The grid of an owner reduction's kernel: its largest phase.
-inline std::size_t owner_work(const OwnerSchedule& s) {
-  return std::max({s.scatter.size(), s.reduce.size(), s.collect.size()});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emu/collectives.hpp"
@@ -98,47 +99,44 @@ struct WireReduce {
 void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
   const int P = rk.size(), me = rk.rank();
   const std::size_t we = plan.elem();
-  const int64_t max_len = spec.parts.max_len;
-  const auto& off = spec.parts.off;
-  const auto& len = spec.parts.len;
 
-  const SymBuffer in = rk.scratch(spec.key + ".in", bytes_of(P > 1 ? int64_t{P} * max_len : 0, we));
+  OwnerPlan owner = owner_plan(rk, spec.parts, sizeof(float), spec.gather);
+  const SymBuffer in = rk.scratch(spec.key + ".in", bytes_of(owner.inbox_elems(), we));
   const SymBuffer out =
       rk.scratch(spec.key + ".out", bytes_of(spec.gather ? spec.parts.total : 0, we));
-  const OwnerSchedule sc = owner_schedule(rk, spec.key, spec.parts, sizeof(float), spec.gather);
-  if (max_len == 0) return;
-  const int64_t te = sc.te;
+  const OwnerSchedule sc = owner_schedule(rk, spec.key, std::move(owner));
+  const OwnerPlan& pl = sc.plan;
+  if (pl.parts.max_len == 0) return;
 
-  rk.launch(spec.key, grid_for(rk, owner_work(sc)), [&](WgContext& wg) -> WgTask {
+  rk.launch(spec.key, grid_for(rk, pl.most_items()), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
     std::vector<WireSource> srcs(static_cast<std::size_t>(P));
     // 1. Scatter: encode this rank's slice of part q and put it into owner q's row `me`.
-    for (std::size_t i = w; i < sc.scatter.size(); i += G) {
-      const int q = sc.scatter[i].peer, t = sc.scatter[i].tile;
-      const Span s = tile_of(len[q], te, t);
-      const int64_t first = off[q] + s.begin;
+    for (std::size_t i = w; i < pl.scatter.size(); i += G) {
+      const Item& it = pl.scatter[i];
+      const Span s = pl.span(it);
+      const int64_t first = pl.at(it);
       enc.resize(bytes_of(s.length, we));
       wg.compute("encode", {enc_work(plan, s.length)}, [&] {
         fusedcoll::detail::wire_encode(plan, spec.y + first, first, s.length, enc.data());
       });
-      wg.put_signal(q, in, bytes_of(int64_t{me} * max_len + s.begin, we), enc.data(), enc.size(),
-                    sc.in_slot + t, SignalOp::add, 1);
+      wg.put_signal(it.peer, in, bytes_of(pl.inbox_at(me) + s.begin, we), enc.data(), enc.size(),
+                    sc.in_slot + it.tile, SignalOp::add, 1);
     }
     // 2. Reduce part me in one fused pass: decode every contribution (own: encoded and decoded
     //    here), fold in rank order in f32; with gather, encode the finished tile for the peers
     //    and decode it into recv.
-    for (std::size_t i = w; i < sc.reduce.size(); i += G) {
-      const int t = sc.reduce[i].tile;
+    for (std::size_t i = w; i < pl.reduce.size(); i += G) {
+      const int t = pl.reduce[i].tile;
       co_await wg.wait_until(sc.in_slot + t, Cmp::ge, sc.in_target[t]);
-      const Span s = tile_of(len[me], te, t);
-      const int64_t first = off[me] + s.begin;
+      const Span s = pl.span(pl.reduce[i]);
+      const int64_t first = pl.at(pl.reduce[i]);
       const std::size_t wbytes = bytes_of(s.length, we);
       for (int p = 0; p < P; ++p)
         srcs[p] = p == me ? WireSource{WireSource::Kind::round_trip, spec.y + first}
                           : WireSource{WireSource::Kind::wire,
-                                       wg.read(in, bytes_of(int64_t{p} * max_len + s.begin, we),
-                                               wbytes)};
+                                       wg.read(in, bytes_of(pl.inbox_at(p) + s.begin, we), wbytes)};
       std::byte* fin = spec.gather ? wg.local(out) + bytes_of(first, we) : nullptr;
       const int divide = fusedcoll::detail::divides_after(spec.op, spec.wire) ? P : 0;
       const auto cost = model::wire_reduce(plan.format, s.length, !plan.scales.empty(), P - 1, 1, 0,
@@ -148,17 +146,18 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
                                        spec.gather ? spec.recv + first : spec.recv + s.begin);
       });
       if (spec.gather)
-        for (int q : sc.order)
+        for (int q : pl.order)
           if (q != me)
             wg.put_signal(q, out, bytes_of(first, we), fin, wbytes, sc.out_slot_of(me, t),
                           SignalOp::add, 1);
     }
     // 3. Gather: decode the other owners' finished parts as their tiles arrive.
-    for (std::size_t i = w; i < sc.collect.size(); i += G) {
-      const int q = sc.collect[i].peer, t = sc.collect[i].tile;
-      co_await wg.wait_until(sc.out_slot_of(q, t), Cmp::ge, sc.out_target[q * sc.mt + t]);
-      const Span s = tile_of(len[q], te, t);
-      const int64_t at = off[q] + s.begin;
+    for (std::size_t i = w; i < pl.collect.size(); i += G) {
+      const Item& it = pl.collect[i];
+      co_await wg.wait_until(sc.out_slot_of(it.peer, it.tile), Cmp::ge,
+                             sc.out_target[it.peer * sc.mt + it.tile]);
+      const Span s = pl.span(it);
+      const int64_t at = pl.at(it);
       const std::byte* got = wg.read(out, bytes_of(at, we), bytes_of(s.length, we));
       wg.compute("decode", {dec_work(plan, s.length)},
                  [&] { fusedcoll::detail::wire_decode(plan, got, at, s.length, spec.recv + at); });
@@ -415,7 +414,7 @@ void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
   }
   WireReduce spec;
   spec.key = "all_reduce.direct.wire";
-  spec.parts = chunk_parts(args.count, P);
+  spec.parts = Parts::chunks(args.count, P);
   spec.op = args.op;
   spec.wire = args.wire;
   spec.gather = true;
@@ -428,7 +427,7 @@ void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args) {
   const int P = rk.size();
   WireReduce spec;
   spec.key = "reduce_scatter.wire";
-  spec.parts = count_parts(args.recv_counts);
+  spec.parts = Parts::counts(args.recv_counts);
   const int64_t at = spec.parts.total;
   std::vector<float> storage;
   // In place for ReduceScatter means recv inside send: compare by overlap, not equality.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fusedcoll/detail/schedule.hpp"
 
@@ -94,5 +95,58 @@ struct Item {
 
 /// `a` mod `p` in [0, p).
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+// ---------------------------------------------------------------------------------------------
+// Owner reduction: rank q folds part q of every rank's contribution, in rank order. The engine of
+// AllReduce `direct` (parts = chunk_of, then every owner's result goes to every rank) and of
+// ReduceScatter (parts = recv_counts, each result stays with its owner).
+
+/// The parts of an owner reduction, in elements: part q is [off[q], off[q] + len[q]).
+struct Parts {
+  std::vector<std::int64_t> off, len;
+  std::int64_t max_len = 0;  ///< the longest part
+  std::int64_t total = 0;    ///< where the last part ends
+
+  /// AllReduce's parts: chunk_of(count, P, q), the same on every rank.
+  static Parts chunks(std::int64_t count, int P);
+  /// ReduceScatter's (and AllGather's) parts: `counts` laid end to end.
+  static Parts counts(const std::vector<std::int64_t>& counts);
+};
+
+/// One rank's share of an owner reduction, from the agreed parts alone:
+/// - `scatter`: its slice of every other owner's part, tile by tile, owners remote-first, each put
+///   into row `me` of the owner's inbox;
+/// - `reduce`: its own part's tiles, each folded once every other rank's slice of it is in:
+///   acc = v_0, then acc = acc op v_p in rank order, whatever order they arrived in;
+/// - `collect` (with `gather`): every other owner's finished tiles, in the same order.
+/// Every part is cut into tiles of `te` elements, those of the longest part, so that a tile of
+/// part q is the same on every rank. Signals, per call: the slot of reduce tile t (in[t]) gets
+/// one from every other rank (`in_signals`), the slot of collect item (q, t) (out[q][t]) one from
+/// owner q; a backend keeps a slot per tile or per source, as its transport prefers.
+struct OwnerPlan {
+  OwnerPlan(Parts parts, int me, int P, const Tiling& tiling, std::size_t tile_elem, bool gather);
+
+  Parts parts;
+  int P = 1, me = 0;
+  bool gather = false;
+  std::int64_t te = 1;     ///< elements per tile, in every part
+  int tiles = 0;           ///< tiles of the longest part
+  std::vector<int> order;  ///< remote_first(me, P): the peers' order
+  std::vector<Item> scatter, reduce, collect;
+
+  /// The tile of `it` within its part.
+  Span span(const Item& it) const { return tile_of(parts.len[it.peer], te, it.tile); }
+  /// Where the tile of `it` starts in the whole buffer, in elements.
+  std::int64_t at(const Item& it) const { return parts.off[it.peer] + span(it).begin; }
+  /// Signals a reduce tile's slot gets per call: one from every other rank.
+  std::uint64_t in_signals() const { return static_cast<std::uint64_t>(P - 1); }
+  /// The inbox, where the contributions to part `me` land: row p (from source p) at p * max_len.
+  std::int64_t inbox_elems() const { return P > 1 ? std::int64_t{P} * parts.max_len : 0; }
+  std::int64_t inbox_at(int source) const { return std::int64_t{source} * parts.max_len; }
+  /// The most work items of one phase: the grid of a kernel that runs all three.
+  std::size_t most_items() const {
+    return std::max({scatter.size(), reduce.size(), collect.size()});
+  }
+};
 
 }  // namespace fusedcoll::detail::collective
