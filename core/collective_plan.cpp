@@ -50,4 +50,87 @@ OwnerPlan::OwnerPlan(Parts parts_in, int me_in, int P_in, const Tiling& tiling,
   for (int t = 0; t < num_tiles(parts.len[me], te); ++t) reduce.push_back({me, t});
 }
 
+RingPlan::RingPlan(std::int64_t count, int me_in, int P_in, const Tiling& tiling,
+                   std::size_t tile_elem)
+    : parts(Parts::chunks(count, P_in)),
+      P(P_in),
+      me(me_in),
+      next((me_in + 1) % P_in),
+      prev(mod(me_in - 1, P_in)),
+      steps(P_in - 1) {
+  te = tiling.elems(parts.max_len, tile_elem);
+  tiles = num_tiles(parts.max_len, te);
+}
+
+ChainPlan::ChainPlan(std::int64_t count_in, int me_in, int P_in, const Tiling& tiling,
+                     std::size_t tile_elem, Return ret)
+    : count(count_in),
+      P(P_in),
+      me(me_in),
+      prev(me_in > 0 ? me_in - 1 : -1),
+      next(me_in + 1 < P_in ? me_in + 1 : -1),
+      te(tiling.elems(count_in, tile_elem)),
+      tiles(num_tiles(count_in, te)) {
+  if (ret == Return::relay) {
+    if (!last()) result_from = next;
+    if (!first()) result_to.push_back(prev);
+    return;
+  }
+  if (!last()) {
+    result_from = P - 1;
+    return;
+  }
+  for (int q : remote_first(me, P))
+    if (q != me) result_to.push_back(q);
+}
+
+ExchangePlan ExchangePlan::all_gather(const AllGatherArgs& mine, int me, int P) {
+  ExchangePlan ex;
+  ex.P = P;
+  ex.me = me;
+  ex.order = remote_first(me, P);
+  std::vector<std::int64_t> off(static_cast<std::size_t>(P) + 1, 0);
+  for (int p = 0; p < P; ++p) {
+    off[p + 1] = off[p] + mine.recv_counts[p];
+    ex.longest_ = std::max(ex.longest_, mine.recv_counts[p]);
+  }
+  ex.inbox = off[P];
+  ex.send_len.assign(static_cast<std::size_t>(P), mine.recv_counts[me]);
+  ex.send_at.assign(static_cast<std::size_t>(P), 0);
+  ex.put_at.assign(static_cast<std::size_t>(P), off[me]);
+  ex.recv_len = mine.recv_counts;
+  ex.recv_at.assign(off.begin(), off.end() - 1);
+  ex.box_at = ex.recv_at;
+  return ex;
+}
+
+void ExchangePlan::tile(const Tiling& t, std::size_t elem, bool uniform) {
+  tiling = t;
+  tile_elem = elem;
+  uniform_te = uniform ? tiling.elems(longest_, elem) : 0;
+  sends.clear();
+  receives.clear();
+  for (int q : order)
+    for (int k = 0; k < num_tiles(send_len[q], te(send_len[q])); ++k) sends.push_back({q, k});
+  for (int p : order) {
+    if (p == me) continue;
+    for (int k = 0; k < num_tiles(recv_len[p], te(recv_len[p])); ++k) receives.push_back({p, k});
+  }
+}
+
+BroadcastPlan::BroadcastPlan(std::int64_t count_in, int root_in, int me, int P,
+                             const Tiling& tiling, std::size_t elem)
+    : count(count_in),
+      root(root_in),
+      te(tiling.elems(count_in, elem)),
+      tiles(num_tiles(count_in, te)),
+      order(remote_first(root_in, P)) {
+  if (me == root) {
+    for (int q : order)
+      for (int t = 0; t < tiles; ++t) items.push_back({q, t});
+  } else {
+    for (int t = 0; t < tiles; ++t) items.push_back({root, t});
+  }
+}
+
 }  // namespace fusedcoll::detail::collective

@@ -6,27 +6,29 @@
 //   1. `enter` checks the call on every rank (nothing moves before that), the host copies what it
 //      needs from the other ranks' argument structs (only All-to-All(v) needs anything), then
 //      `leave_args`.
-//   2. The host reserves scratch buffers and signal slots (collective, identical on every rank)
-//      and computes the cumulative target of every slot this rank will wait on in this call.
+//   2. The host builds the call's plan (detail/collective_plan.hpp: who sends which tile to whom,
+//      in which order), reserves scratch buffers and signal slots (collective, identical on every
+//      rank) and computes the cumulative target of every slot this rank will wait on in this call
+//      (collectives.hpp).
 //   3. One persistent kernel: `G = min(work items, max_resident_wgs)` workgroups, all resident at
-//      once, deal the items out round-robin. Sends never wait, so no workgroup can wait on one
-//      that never becomes resident.
+//      once, deal the plan's items out round-robin. Sends never wait, so no workgroup can wait on
+//      one that never becomes resident.
 //
-// Data is cut into tiles (collectives.hpp, Tiling: as a GPU collective spreads a chunk over its
-// compute units, a segment is spread over the workgroups the device holds, 4-64 KiB a tile, larger
-// only so that a segment has at most max_tiles of them); a tile is a set of whole elements, so
-// tiling never changes a bit. Each (segment, tile) has its own slot, signalled once per call by
-// the put that fills it, so a receiver works on a tile as soon as it has arrived. Every region of scratch is written at most once per call, so nothing is
-// overwritten before it is consumed. Across calls the buffers and slots are reused: `enter` meets
-// every rank, and a rank only gets there after all its kernels of the previous call finished.
+// Data is cut into the plan's tiles (Tiling: as a GPU collective spreads a chunk over its compute
+// units, a segment is spread over the workgroups the device holds, 4-64 KiB a tile, larger only so
+// that a segment has at most max_tiles of them); a tile is a set of whole elements, so tiling
+// never changes a bit. Each (segment, tile) has its own slot, signalled once per call by the put
+// that fills it, so a receiver works on a tile as soon as it has arrived. Every region of scratch
+// is written at most once per call, so nothing is overwritten before it is consumed. Across calls
+// the buffers and slots are reused: `enter` meets every rank, and a rank only gets there after all
+// its kernels of the previous call finished.
 //
 // Reduction order (docs/semantics.md, "Collectives"): the owner of an element folds the ranks'
 // values with detail::reduce_into in the pinned order, whatever order they arrived in; `avg` then
 // divides with detail::finish_average. The bits therefore equal ref/'s.
 //
 // With `wire.format != none` the four compressible collectives take separate kernels
-// (compressed.cpp) with the same schedules; puts carry encoded bytes. What both share (tiling, the
-// owner reduction's schedule, the exchange) is in collectives.hpp.
+// (compressed.cpp) with the same plans; puts carry encoded bytes.
 //
 // User buffers are only ever touched by their own rank: data crosses ranks through symmetric
 // scratch only. In-place calls work because a rank overwrites its part `x` of `recv` only after
@@ -134,37 +136,37 @@ void owner_reduce(Rank& rk, const OwnerReduce& spec) {
 // r -> r + 1. Chunk c is folded ((v_{c+1} op v_{c+2}) op ...) op v_c (docs/semantics.md).
 
 void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
-  const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
+  const int P = rk.size(), me = rk.rank();
   const std::size_t elem = dtype_size(args.dtype);
-  // `rs` step s receives the running chunk (me - 2 - s) mod P, then holds acc = received op own.
+  // `rs` step s receives the running chunk recv_chunk(s), then holds acc = received op own.
   const RingSchedule sc = ring_schedule(rk, "all_reduce.ring", args.count, elem, elem);
   if (args.count == 0) return;
-  const auto& [parts, steps, mt, te, nt, rs, ag, rs_slot, ag_slot, rs_target, ag_target] = sc;
-  const auto& off = parts.off;
-  const auto& len = parts.len;
-  const int64_t max_len = parts.max_len;
+  const RingPlan& pl = sc.plan;
+  const SymBuffer &rs = sc.rs, &ag = sc.ag;
+  const int steps = pl.steps, nt = pl.tiles;
+  const auto& off = pl.parts.off;
 
   const auto* send = cbytes(args.send);
   auto* recv = mbytes(args.recv);
-  auto region = [&](int s) { return bytes_of(int64_t{s} * max_len, elem); };
+  auto region = [&](int s) { return bytes_of(pl.region_at(s), elem); };
 
   rk.launch("all_reduce_ring", grid_for(rk, nt), [&](WgContext& wg) -> WgTask {
     const int w = wg.wg(), G = wg.num_wgs();
     std::byte* rs_mem = wg.local(rs);
-    // Reduce-scatter. Step s: send running chunk (me - 1 - s), whose acc this workgroup made at
-    // step s - 1 (own data at step 0); then receive chunk (me - 2 - s) and fold own value in.
+    // Reduce-scatter. Step s: send the running chunk, whose acc this workgroup made at step
+    // s - 1 (own data at step 0); then receive the next one and fold the own value in.
     for (int s = 0; s < steps; ++s) {
-      const int c_send = mod(me - 1 - s, P), c_recv = mod(me - 2 - s, P);
+      const int c_send = pl.send_chunk(s), c_recv = pl.recv_chunk(s);
       for (int t = w; t < nt; t += G) {
-        const Span sp = tile_of(len[c_send], te, t);
+        const Span sp = pl.span(c_send, t);
         const std::byte* src = s == 0 ? send + bytes_of(off[c_send] + sp.begin, elem)
                                       : rs_mem + region(s - 1) + bytes_of(sp.begin, elem);
-        wg.put_signal(next, rs, region(s) + bytes_of(sp.begin, elem), src,
-                      bytes_of(sp.length, elem), rs_slot + s * mt + t, SignalOp::add, 1);
+        wg.put_signal(pl.next, rs, region(s) + bytes_of(sp.begin, elem), src,
+                      bytes_of(sp.length, elem), sc.rs_at(s, t), SignalOp::add, 1);
       }
       for (int t = w; t < nt; t += G) {
-        co_await wg.wait_until(rs_slot + s * mt + t, Cmp::ge, rs_target[s * nt + t]);
-        const Span sp = tile_of(len[c_recv], te, t);
+        co_await wg.wait_until(sc.rs_at(s, t), Cmp::ge, sc.rs_until(s, t));
+        const Span sp = pl.span(c_recv, t);
         std::byte* acc = wg.read(rs, region(s) + bytes_of(sp.begin, elem), bytes_of(sp.length, elem));
         wg.compute("reduce", {model::reduce(sp.length, static_cast<int64_t>(elem))}, [&] {
           fusedcoll::detail::reduce_into(acc, send + bytes_of(off[c_recv] + sp.begin, elem),
@@ -174,32 +176,32 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
         });
       }
     }
-    // Chunk me is finished in the last step's region. All-gather step g: forward chunk (me - g)
-    // (own at g = 0, else the one received at step g - 1, copied out to recv on the way).
+    // Chunk me is finished in the last step's region. All-gather step g: forward its chunk (own
+    // at g = 0, else the one received at step g - 1, copied out to recv on the way).
     const std::byte* fin = rs_mem + region(steps - 1);
     for (int g = 0; g < steps; ++g) {
-      const int c = mod(me - g, P);
+      const int c = pl.gather_chunk(g);
       for (int t = w; t < nt; t += G) {
-        const Span sp = tile_of(len[c], te, t);
+        const Span sp = pl.span(c, t);
         const std::size_t at = bytes_of(off[c] + sp.begin, elem), bytes = bytes_of(sp.length, elem);
         const std::byte* src = fin + bytes_of(sp.begin, elem);
         if (g > 0) {
-          co_await wg.wait_until(ag_slot + (g - 1) * mt + t, Cmp::ge,
-                                 ag_target[(g - 1) * nt + t]);
+          co_await wg.wait_until(sc.ag_at(g - 1, t), Cmp::ge,
+                                 sc.ag_until(g - 1, t));
           src = wg.read(ag, at, bytes);
           copy_span(wg, recv + at, src, bytes);
         }
-        wg.put_signal(next, ag, at, src, bytes, ag_slot + g * mt + t, SignalOp::add, 1);
+        wg.put_signal(pl.next, ag, at, src, bytes, sc.ag_at(g, t), SignalOp::add, 1);
       }
     }
-    const int c_last = mod(me + 1, P);  // received at the last all-gather step
+    const int c_last = pl.gather_chunk(steps);  // received at the last all-gather step
     for (int t = w; t < nt; t += G) {
-      co_await wg.wait_until(ag_slot + (steps - 1) * mt + t, Cmp::ge,
-                             ag_target[(steps - 1) * nt + t]);
-      const Span sp = tile_of(len[c_last], te, t);
+      co_await wg.wait_until(sc.ag_at(steps - 1, t), Cmp::ge,
+                             sc.ag_until(steps - 1, t));
+      const Span sp = pl.span(c_last, t);
       const std::size_t at = bytes_of(off[c_last] + sp.begin, elem);
       copy_span(wg, recv + at, wg.read(ag, at, bytes_of(sp.length, elem)), bytes_of(sp.length, elem));
-      const Span mine = tile_of(len[me], te, t);
+      const Span mine = pl.span(me, t);
       copy_span(wg, recv + bytes_of(off[me] + mine.begin, elem), fin + bytes_of(mine.begin, elem),
                  bytes_of(mine.length, elem));
     }
@@ -210,37 +212,35 @@ void all_reduce_ring(Rank& rk, const AllReduceArgs& args) {
 // ---------------------------------------------------------------------------------------------
 // Exchange (collectives.hpp): All-to-All(v) and AllGather.
 
-void exchange(Rank& rk, const Exchange& ex, DType dtype, const void* send_buf, void* recv_buf) {
+void exchange(Rank& rk, const std::string& key, const ExchangePlan& ex, DType dtype,
+              const void* send_buf, void* recv_buf) {
   const int me = rk.rank();
   const std::size_t elem = dtype_size(dtype);
-  const ExchangeSchedule sc = exchange_schedule(rk, ex, elem, elem);
+  const ExchangeSchedule sc = exchange_schedule(rk, key, ex, elem);
   if (ex.inbox == 0) return;
-  const auto& [box, tl, slot, sends, receives, target] = sc;
-  const int mt = tl.max_tiles;
+  const int mt = sc.mt;
   const auto* send = cbytes(send_buf);
   auto* recv = mbytes(recv_buf);
 
-  const int grid = grid_for(rk, std::max(sends.size(), receives.size()));
-  rk.launch(ex.kernel, grid, [&](WgContext& wg) -> WgTask {
+  const int grid = grid_for(rk, std::max(ex.sends.size(), ex.receives.size()));
+  rk.launch(key, grid, [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
-    for (std::size_t i = w; i < sends.size(); i += G) {
-      const int q = sends[i].peer, t = sends[i].tile;
-      const int64_t n = ex.send_len[q];
-      const Span s = tile_of(n, tl.elems(n, elem), t);
+    for (std::size_t i = w; i < ex.sends.size(); i += G) {
+      const int q = ex.sends[i].peer, t = ex.sends[i].tile;
+      const Span s = ex.send_span(ex.sends[i]);
       const std::byte* src = send + bytes_of(ex.send_at[q] + s.begin, elem);
       if (q == me)  // skipped in place
         copy_span(wg, recv + bytes_of(ex.recv_at[me] + s.begin, elem), src, bytes_of(s.length, elem));
       else
-        wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, elem), src, bytes_of(s.length, elem),
-                      slot + me * mt + t, SignalOp::add, 1);
+        wg.put_signal(q, sc.box, bytes_of(ex.put_at[q] + s.begin, elem), src,
+                      bytes_of(s.length, elem), sc.slot + me * mt + t, SignalOp::add, 1);
     }
-    for (std::size_t i = w; i < receives.size(); i += G) {
-      const int p = receives[i].peer, t = receives[i].tile;
-      co_await wg.wait_until(slot + p * mt + t, Cmp::ge, target[p * mt + t]);
-      const int64_t n = ex.recv_len[p];
-      const Span s = tile_of(n, tl.elems(n, elem), t);
+    for (std::size_t i = w; i < ex.receives.size(); i += G) {
+      const int p = ex.receives[i].peer, t = ex.receives[i].tile;
+      co_await wg.wait_until(sc.slot + p * mt + t, Cmp::ge, sc.target[p * mt + t]);
+      const Span s = ex.recv_span(ex.receives[i]);
       copy_span(wg, recv + bytes_of(ex.recv_at[p] + s.begin, elem),
-                wg.read(box, bytes_of(ex.box_at[p] + s.begin, elem), bytes_of(s.length, elem)),
+                wg.read(sc.box, bytes_of(ex.box_at[p] + s.begin, elem), bytes_of(s.length, elem)),
                 bytes_of(s.length, elem));
     }
     co_return;
@@ -295,14 +295,13 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
 
 void all_to_allv(Rank& rk, const AllToAllvArgs& args) {
   const auto all = enter(rk, "all_to_allv", args);
+  const ExchangePlan ex = all_to_allv_plan(rk, args, all);
   if (args.wire.format != WireFormat::none) {
-    all_to_allv_wire(rk, args, all);
+    all_to_allv_wire(rk, args, ex);
     return;
   }
-  Exchange ex = all_to_allv_exchange(rk, args, all);
   leave_args(rk, "all_to_allv");
-  ex.key = ex.kernel = "all_to_allv";
-  exchange(rk, ex, args.dtype, args.send, args.recv);
+  exchange(rk, "all_to_allv", ex, args.dtype, args.send, args.recv);
 }
 
 void all_gather(Rank& rk, const AllGatherArgs& args) {
@@ -312,9 +311,7 @@ void all_gather(Rank& rk, const AllGatherArgs& args) {
     return;
   }
   leave_args(rk, "all_gather");
-  Exchange ex = all_gather_exchange(rk, args);
-  ex.key = ex.kernel = "all_gather";
-  exchange(rk, ex, args.dtype, args.send, args.recv);
+  exchange(rk, "all_gather", all_gather_plan(rk, args), args.dtype, args.send, args.recv);
 }
 
 void broadcast(Rank& rk, const BroadcastArgs& args) {
@@ -327,29 +324,20 @@ void broadcast(Rank& rk, const BroadcastArgs& args) {
   const int slot = rk.slots("broadcast", tl.max_tiles);  // [tile]
   if (args.count == 0) return;
 
-  const int64_t te = tl.elems(args.count, elem);
-  const int nt = num_tiles(args.count, te);
   // The root puts every tile to every other rank (remote first, then its own local copy); the
   // others copy each tile out of scratch once it has arrived.
-  std::vector<Item> items;
+  const BroadcastPlan pl(args.count, root, me, P, tl, elem);
   std::vector<std::uint64_t> target(tl.max_tiles);
-  if (me == root) {
-    for (int q : remote_first(me, P))
-      for (int t = 0; t < nt; ++t) items.push_back({q, t});
-  } else {
-    for (int t = 0; t < nt; ++t) {
-      items.push_back({me, t});
-      target[t] = rk.expect(slot + t, 1);
-    }
-  }
+  if (me != root)
+    for (const Item& it : pl.items) target[it.tile] = rk.expect(slot + it.tile, 1);
   const auto* send = cbytes(args.send);
   auto* recv = mbytes(args.recv);
 
-  rk.launch("broadcast", grid_for(rk, items.size()), [&](WgContext& wg) -> WgTask {
+  rk.launch("broadcast", grid_for(rk, pl.items.size()), [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
-    for (std::size_t i = w; i < items.size(); i += G) {
-      const int q = items[i].peer, t = items[i].tile;
-      const Span s = tile_of(args.count, te, t);
+    for (std::size_t i = w; i < pl.items.size(); i += G) {
+      const int q = pl.items[i].peer, t = pl.items[i].tile;
+      const Span s = pl.span(t);
       const std::size_t at = bytes_of(s.begin, elem), bytes = bytes_of(s.length, elem);
       if (me != root) {
         co_await wg.wait_until(slot + t, Cmp::ge, target[t]);

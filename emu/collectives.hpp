@@ -1,8 +1,8 @@
 #pragma once
 // What the emulator's plain collectives (collectives.cpp) and their compressed-wire versions
-// (compressed.cpp) share: tiling, the owner reduction's schedule, and the exchange in which every
-// rank sends one block to every rank (All-to-All(v), and AllGather, whose blocks to all peers are
-// one and the same). Tiles are sets of whole elements, so tiling never changes a bit.
+// (compressed.cpp) share: the collectives' plans (detail/collective_plan.hpp: tiling, owner
+// reduction, ring, chain, exchange, broadcast), tiled for this rank's device and mapped onto its
+// scratch buffers and signal slots, with the cumulative target of every slot a kernel waits on.
 
 #include <algorithm>
 #include <cstddef>
@@ -20,7 +20,6 @@ namespace fusedcoll::emu::ops {
 using std::int64_t;
 
 using fusedcoll::detail::collective::Item;
-using fusedcoll::detail::collective::mod;
 using fusedcoll::detail::collective::num_tiles;
 using fusedcoll::detail::collective::Span;
 using fusedcoll::detail::collective::tile_of;
@@ -99,141 +98,97 @@ inline OwnerSchedule owner_schedule(Rank& rk, const std::string& key, OwnerPlan 
   return s;
 }
 
-/// A ring AllReduce's layout: `count` in chunk_of chunks, each cut into tiles of `te` elements (those
-/// of the longest chunk, `nt` of them), P - 1 reduce-scatter and P - 1 all-gather steps. `rs` holds
-/// one region of max_len `region_elem`-byte elements per reduce-scatter step, `ag` the whole
-/// buffer's layout; every (step, tile < nt) of each gets exactly one put and signal per call,
-/// empty tiles included, whose cumulative targets are `rs_target` / `ag_target` [step * nt + tile].
-/// The plain and the compressed-wire rings share it.
+using fusedcoll::detail::collective::RingPlan;
+
+/// A ring AllReduce's plan (detail/collective_plan.hpp, RingPlan) on this rank's scratch and
+/// slots: `rs` holds one region of `region_elem`-byte elements per reduce-scatter step, `ag` the
+/// whole buffer's layout; the slots rs[step][tile] and ag[step][tile] each get one put and signal
+/// per call for every tile < plan.tiles, whose cumulative targets are `rs_target` / `ag_target`
+/// [step * plan.tiles + tile]. The plain and the compressed-wire rings share it.
 struct RingSchedule {
-  Parts parts;
-  int steps = 0;
+  RingPlan plan;
   int mt = 1;  // the slots' stride: tiles per chunk at most
-  int64_t te = 1;
-  int nt = 0;
-  SymBuffer rs, ag;
-  int rs_slot = 0, ag_slot = 0;  // [step][tile]
-  std::vector<std::uint64_t> rs_target, ag_target;
+  SymBuffer rs{}, ag{};
+  int rs_slot = 0, ag_slot = 0;
+  std::vector<std::uint64_t> rs_target{}, ag_target{};
+
+  /// The slots of (step, tile) and the value each reaches in this call.
+  int rs_at(int step, int tile) const { return rs_slot + step * mt + tile; }
+  int ag_at(int step, int tile) const { return ag_slot + step * mt + tile; }
+  std::uint64_t rs_until(int step, int tile) const { return rs_target[step * plan.tiles + tile]; }
+  std::uint64_t ag_until(int step, int tile) const { return ag_target[step * plan.tiles + tile]; }
 };
 
 /// Reserves the scratch and the slots under `key` (collective: every rank, before anything may
 /// return early); with `count` = 0 no targets are set. Tiles are cut in `tile_elem`-byte elements.
 inline RingSchedule ring_schedule(Rank& rk, const std::string& key, int64_t count,
                                   std::size_t tile_elem, std::size_t region_elem) {
-  const int P = rk.size();
   const Tiling tl = tiling_of(rk);
-  RingSchedule s;
-  s.parts = Parts::chunks(count, P);
-  s.steps = P - 1;
+  RingSchedule s{RingPlan(count, rk.rank(), rk.size(), tl, tile_elem)};
+  const RingPlan& pl = s.plan;
   s.mt = tl.max_tiles;
-  s.te = tl.elems(s.parts.max_len, tile_elem);
-  s.nt = num_tiles(s.parts.max_len, s.te);
-  s.rs = rk.scratch(key + ".rs", bytes_of(int64_t{s.steps} * s.parts.max_len, region_elem));
+  s.rs = rk.scratch(key + ".rs", bytes_of(pl.regions_elems(), region_elem));
   s.ag = rk.scratch(key + ".ag", bytes_of(count, region_elem));
-  s.rs_slot = rk.slots(key + ".rs", s.steps * s.mt);
-  s.ag_slot = rk.slots(key + ".ag", s.steps * s.mt);
+  s.rs_slot = rk.slots(key + ".rs", pl.steps * s.mt);
+  s.ag_slot = rk.slots(key + ".ag", pl.steps * s.mt);
   if (count == 0) return s;
-  s.rs_target.resize(std::size_t(s.steps) * s.nt);
-  s.ag_target.resize(std::size_t(s.steps) * s.nt);
-  for (int st = 0; st < s.steps; ++st)
-    for (int t = 0; t < s.nt; ++t) {
-      s.rs_target[st * s.nt + t] = rk.expect(s.rs_slot + st * s.mt + t, 1);
-      s.ag_target[st * s.nt + t] = rk.expect(s.ag_slot + st * s.mt + t, 1);
+  s.rs_target.resize(std::size_t(pl.steps) * pl.tiles);
+  s.ag_target.resize(std::size_t(pl.steps) * pl.tiles);
+  for (int st = 0; st < pl.steps; ++st)
+    for (int t = 0; t < pl.tiles; ++t) {
+      s.rs_target[st * pl.tiles + t] = rk.expect(s.rs_slot + st * s.mt + t, 1);
+      s.ag_target[st * pl.tiles + t] = rk.expect(s.ag_slot + st * s.mt + t, 1);
     }
   return s;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exchange: every rank sends one block to every rank, itself included (a local copy, last). Each
-// receiver's scratch holds its incoming blocks; a block of n elements is tiled by
-// Tiling::elems(n), so sender and receiver agree, as n does. Offsets and lengths are in elements.
+// Exchange (detail/collective_plan.hpp, ExchangePlan): All-to-All(v) and AllGather.
 
-/// One rank's side of an exchange.
-struct Exchange {
-  std::string key;     // scratch and slot names
-  std::string kernel;  // the kernel's name (traces, timeout reports)
-  int64_t inbox = 0;   // scratch elements: the largest inbox of all ranks, so the same everywhere
-  std::vector<int64_t> send_len, send_at;  // [q]: the block for q, at send_at[q] in `send`
-  std::vector<int64_t> put_at;             // [q]: where that block lands in q's scratch
-  std::vector<int64_t> recv_len, recv_at;  // [p]: the block from p, at recv_at[p] in `recv`
-  std::vector<int64_t> box_at;             // [p]: where that block sits in this rank's scratch
-};
+using fusedcoll::detail::collective::BroadcastPlan;
+using fusedcoll::detail::collective::ChainPlan;
+using fusedcoll::detail::collective::ExchangePlan;
 
-/// All-to-All(v): q's scratch packs its incoming blocks in source order. Reads the peers' calls
-/// (`all`), so it must be built before `leave_args`.
-inline Exchange all_to_allv_exchange(Rank& rk, const AllToAllvArgs& args,
+/// All-to-All(v)'s plan, tiled for this rank's device. Reads the peers' calls (`all`), so it must
+/// be built before `leave_args`.
+inline ExchangePlan all_to_allv_plan(const Rank& rk, const AllToAllvArgs& args,
                                      const std::vector<const AllToAllvArgs*>& all) {
-  const int P = rk.size(), me = rk.rank();
-  Exchange ex;
-  ex.put_at.assign(P, 0);
-  for (int q = 0; q < P; ++q) {
-    int64_t sum = 0;
-    for (int p = 0; p < P; ++p) {
-      if (p == me) ex.put_at[q] = sum;
-      sum += all[q]->recv_counts[p];
-    }
-    ex.inbox = std::max(ex.inbox, sum);
-  }
-  ex.box_at.assign(P, 0);
-  for (int p = 1; p < P; ++p) ex.box_at[p] = ex.box_at[p - 1] + args.recv_counts[p - 1];
-  ex.send_len = args.send_counts;
-  ex.send_at = args.send_displs;
-  ex.recv_len = args.recv_counts;
-  ex.recv_at = args.recv_displs;
+  ExchangePlan ex = ExchangePlan::all_to_allv(
+      args, rk.rank(), rk.size(),
+      [&](int q) -> const std::vector<int64_t>& { return all[q]->recv_counts; });
+  ex.tile(tiling_of(rk), dtype_size(args.dtype));
   return ex;
 }
 
-/// AllGather: every block is this rank's whole contribution (at 0 in `send`), and every scratch
-/// is laid out like `recv` (part p at off[p] on every rank).
-inline Exchange all_gather_exchange(Rank& rk, const AllGatherArgs& args) {
-  const int P = rk.size(), me = rk.rank();
-  Exchange ex;
-  std::vector<int64_t> off(P + 1, 0);
-  for (int p = 0; p < P; ++p) off[p + 1] = off[p] + args.recv_counts[p];
-  ex.inbox = off[P];
-  ex.send_len.assign(P, args.recv_counts[me]);
-  ex.send_at.assign(P, 0);
-  ex.put_at.assign(P, off[me]);
-  ex.recv_len = args.recv_counts;
-  ex.recv_at.assign(off.begin(), off.end() - 1);
-  ex.box_at = ex.recv_at;
+/// AllGather's plan, tiled for this rank's device.
+inline ExchangePlan all_gather_plan(const Rank& rk, const AllGatherArgs& args) {
+  ExchangePlan ex = ExchangePlan::all_gather(args, rk.rank(), rk.size());
+  ex.tile(tiling_of(rk), dtype_size(args.dtype));
   return ex;
 }
 
-/// The work of one exchange call: this rank's sends (remote peers first, its own block last) and
-/// receives (remote peers only) as (peer, tile) items, and the cumulative target of every slot
-/// [source][tile] it waits on.
+/// An exchange's plan on this rank's scratch (`inbox` elements of `box_elem` bytes) and slots
+/// [source][tile], with the cumulative target of every slot it waits on.
 struct ExchangeSchedule {
   SymBuffer box{};
-  Tiling tiling;
-  int slot = 0;  // [source * tiling.max_tiles + tile]
-  std::vector<Item> sends, receives;
-  std::vector<std::uint64_t> target;
+  int mt = 1;    // the slots' stride: tiles per block at most
+  int slot = 0;  // [source * mt + tile]
+  std::vector<std::uint64_t> target{};
 };
 
-/// Reserves the scratch (`inbox` elements of `box_elem` bytes) and the slots (collective, the same
-/// on every rank); then, unless nothing moves, lists the work with tiles of `tile_elem`-byte
-/// elements.
-inline ExchangeSchedule exchange_schedule(Rank& rk, const Exchange& ex, std::size_t tile_elem,
+/// Reserves the scratch and the slots under `key` (collective, the same on every rank); then,
+/// unless nothing moves, sets the targets.
+inline ExchangeSchedule exchange_schedule(Rank& rk, const std::string& key, const ExchangePlan& ex,
                                           std::size_t box_elem) {
-  const int P = rk.size(), me = rk.rank();
+  const int P = rk.size();
   ExchangeSchedule s;
-  s.tiling = tiling_of(rk);
-  const int mt = s.tiling.max_tiles;
-  s.box = rk.scratch(ex.key, bytes_of(ex.inbox, box_elem));
-  s.slot = rk.slots(ex.key, P * mt);
+  s.mt = ex.tiling.max_tiles;
+  s.box = rk.scratch(key, bytes_of(ex.inbox, box_elem));
+  s.slot = rk.slots(key, P * s.mt);
   if (ex.inbox == 0) return s;
-  for (int q : remote_first(me, P))
-    for (int t = 0; t < num_tiles(ex.send_len[q], s.tiling.elems(ex.send_len[q], tile_elem)); ++t)
-      s.sends.push_back({q, t});
-  s.target.assign(std::size_t(P) * mt, 0);
-  for (int p : remote_first(me, P)) {
-    if (p == me) continue;
-    for (int t = 0; t < num_tiles(ex.recv_len[p], s.tiling.elems(ex.recv_len[p], tile_elem)); ++t) {
-      s.receives.push_back({p, t});
-      s.target[p * mt + t] = rk.expect(s.slot + p * mt + t, 1);
-    }
-  }
+  s.target.assign(std::size_t(P) * s.mt, 0);
+  for (const Item& it : ex.receives)
+    s.target[it.peer * s.mt + it.tile] = rk.expect(s.slot + it.peer * s.mt + it.tile, 1);
   return s;
 }
 
@@ -244,7 +199,6 @@ inline ExchangeSchedule exchange_schedule(Rank& rk, const Exchange& ex, std::siz
 void all_reduce_wire(Rank& rk, const AllReduceArgs& args);
 void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args);
 void all_gather_wire(Rank& rk, const AllGatherArgs& args);
-void all_to_allv_wire(Rank& rk, const AllToAllvArgs& args,
-                      const std::vector<const AllToAllvArgs*>& all);
+void all_to_allv_wire(Rank& rk, const AllToAllvArgs& args, const ExchangePlan& ex);
 
 }  // namespace fusedcoll::emu::ops

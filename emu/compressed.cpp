@@ -173,48 +173,47 @@ void owner_reduce_wire(Rank& rk, const WireReduce& spec, const WirePlan& plan) {
 /// owner's: into its all-gather slot, decoded into recv), so no running value is stored in f32.
 void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                           const WirePlan& plan) {
-  const int P = rk.size(), me = rk.rank(), next = (me + 1) % P;
+  const int P = rk.size();
   const std::size_t we = plan.elem();
-  // Scratch holds wire elements: `rs` step s receives the running chunk (me - 2 - s) encoded,
+  // Scratch holds wire elements: `rs` step s receives the running chunk recv_chunk(s) encoded,
   // `ag` the finished chunks, this rank's own included. Tiles are cut in f32 elements.
   const RingSchedule sc = ring_schedule(rk, "all_reduce.ring.wire", args.count, sizeof(float), we);
   if (args.count == 0) return;
-  const auto& [parts, steps, mt, te, nt, rs, ag, rs_slot, ag_slot, rs_target, ag_target] = sc;
-  const auto& off = parts.off;
-  const auto& len = parts.len;
-  const int64_t max_len = parts.max_len;
+  const RingPlan& pl = sc.plan;
+  const SymBuffer &rs = sc.rs, &ag = sc.ag;
+  const int steps = pl.steps, nt = pl.tiles;
+  const auto& off = pl.parts.off;
 
   auto* recv = static_cast<float*>(args.recv);
-  auto region = [&](int s) { return int64_t{s} * max_len; };
   const bool scaled = !plan.scales.empty();
 
   rk.launch("all_reduce_ring_wire", grid_for(rk, nt), [&](WgContext& wg) -> WgTask {
     const int w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
-    // Step 0 sends this rank's own value of chunk (me - 1), encoded.
-    const int c0 = mod(me - 1, P);
+    // Step 0 sends this rank's own value of its first chunk, encoded.
+    const int c0 = pl.send_chunk(0);
     for (int t = w; t < nt; t += G) {
-      const Span sp = tile_of(len[c0], te, t);
+      const Span sp = pl.span(c0, t);
       const int64_t first = off[c0] + sp.begin;
       enc.resize(bytes_of(sp.length, we));
       wg.compute("encode", {enc_work(plan, sp.length)},
                  [&] { fusedcoll::detail::wire_encode(plan, y + first, first, sp.length, enc.data()); });
-      wg.put_signal(next, rs, bytes_of(sp.begin, we), enc.data(), enc.size(), rs_slot + t,
+      wg.put_signal(pl.next, rs, bytes_of(sp.begin, we), enc.data(), enc.size(), sc.rs_at(0, t),
                     SignalOp::add, 1);
     }
-    // Step s receives the running chunk (me - 2 - s) and folds its own value in. Before the last
-    // step the sum, encoded, is step s + 1's send; the last one finishes chunk me: encoded into
-    // this rank's own slot of `ag` (no peer writes there), decoded into recv, and forwarded as
-    // the all-gather's step 0.
+    // Step s receives the running chunk recv_chunk(s) and folds its own value in. Before the
+    // last step the sum, encoded, is step s + 1's send; the last one finishes chunk me: encoded
+    // into this rank's own slot of `ag` (no peer writes there), decoded into recv, and forwarded
+    // as the all-gather's step 0.
     for (int s = 0; s < steps; ++s) {
-      const int c = mod(me - 2 - s, P);
+      const int c = pl.recv_chunk(s);
       const bool last = s == steps - 1;
       for (int t = w; t < nt; t += G) {
-        co_await wg.wait_until(rs_slot + s * mt + t, Cmp::ge, rs_target[s * nt + t]);
-        const Span sp = tile_of(len[c], te, t);
+        co_await wg.wait_until(sc.rs_at(s, t), Cmp::ge, sc.rs_until(s, t));
+        const Span sp = pl.span(c, t);
         const int64_t first = off[c] + sp.begin;
         const std::byte* got =
-            wg.read(rs, bytes_of(region(s) + sp.begin, we), bytes_of(sp.length, we));
+            wg.read(rs, bytes_of(pl.region_at(s) + sp.begin, we), bytes_of(sp.length, we));
         enc.resize(bytes_of(sp.length, we));
         std::byte* fin = last ? wg.local(ag) + bytes_of(first, we) : enc.data();
         const int divide = last && fusedcoll::detail::divides_after(args.op, args.wire) ? P : 0;
@@ -227,27 +226,27 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                                          first, sp.length, divide, fin, last ? recv + first : nullptr);
         });
         if (last)
-          wg.put_signal(next, ag, bytes_of(first, we), fin, bytes_of(sp.length, we),
-                        ag_slot + t, SignalOp::add, 1);
+          wg.put_signal(pl.next, ag, bytes_of(first, we), fin, bytes_of(sp.length, we),
+                        sc.ag_at(0, t), SignalOp::add, 1);
         else
-          wg.put_signal(next, rs, bytes_of(region(s + 1) + sp.begin, we), fin,
-                        bytes_of(sp.length, we), rs_slot + (s + 1) * mt + t, SignalOp::add, 1);
+          wg.put_signal(pl.next, rs, bytes_of(pl.region_at(s + 1) + sp.begin, we), fin,
+                        bytes_of(sp.length, we), sc.rs_at(s + 1, t), SignalOp::add, 1);
       }
     }
-    // All-gather step g >= 1: forward chunk (me - g), received at step g - 1, decoding it on the
-    // way; then decode the chunk received at the last step.
+    // All-gather step g >= 1: forward the chunk received at step g - 1, decoding it on the way;
+    // then decode the chunk received at the last step.
     for (int g = 1; g <= steps; ++g) {
-      const int c = mod(me - g, P);
+      const int c = pl.gather_chunk(g);
       for (int t = w; t < nt; t += G) {
-        co_await wg.wait_until(ag_slot + (g - 1) * mt + t, Cmp::ge, ag_target[(g - 1) * nt + t]);
-        const Span sp = tile_of(len[c], te, t);
+        co_await wg.wait_until(sc.ag_at(g - 1, t), Cmp::ge, sc.ag_until(g - 1, t));
+        const Span sp = pl.span(c, t);
         const int64_t at = off[c] + sp.begin;
         const std::size_t bytes = bytes_of(sp.length, we);
         const std::byte* got = wg.read(ag, bytes_of(at, we), bytes);
         wg.compute("decode", {dec_work(plan, sp.length)},
                    [&] { fusedcoll::detail::wire_decode(plan, got, at, sp.length, recv + at); });
         if (g < steps)
-          wg.put_signal(next, ag, bytes_of(at, we), got, bytes, ag_slot + g * mt + t,
+          wg.put_signal(pl.next, ag, bytes_of(at, we), got, bytes, sc.ag_at(g, t),
                         SignalOp::add, 1);
       }
     }
@@ -265,12 +264,12 @@ void all_reduce_ring_wire(Rank& rk, const AllReduceArgs& args, const float* y,
 /// hosts) each element crosses once each way, never twice over one NIC.
 void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
                            const WirePlan& plan) {
-  const int P = rk.size(), me = rk.rank(), next = me + 1, prev = me - 1, last = P - 1;
+  const int P = rk.size();
   const std::size_t we = plan.elem();
   const int64_t n = args.count;
   const Tiling tl = tiling_of(rk);
-  const int64_t te = tl.elems(n, sizeof(float));
-  const int nt = num_tiles(n, te);
+  const ChainPlan pl(n, rk.rank(), P, tl, sizeof(float), ChainPlan::Return::relay);
+  const int nt = pl.tiles;
 
   // `run`: the running value from rank me - 1; `res`: the finished result (the last rank encodes
   // it into its own copy, the others receive it there from rank + 1).
@@ -284,8 +283,8 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
   std::vector<std::uint64_t> run_target(static_cast<std::size_t>(nt)),
       res_target(static_cast<std::size_t>(nt));
   for (int t = 0; t < nt; ++t) {
-    if (me != 0) run_target[t] = rk.expect(run_slot + t, 1);
-    if (me != last) res_target[t] = rk.expect(res_slot + t, 1);
+    if (!pl.first()) run_target[t] = rk.expect(run_slot + t, 1);
+    if (pl.result_from >= 0) res_target[t] = rk.expect(res_slot + t, 1);
   }
   auto* recv = static_cast<float*>(args.recv);
   const bool scaled = !plan.scales.empty();
@@ -295,20 +294,20 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
     const int w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
     for (int t = w; t < nt; t += G) {
-      const Span sp = tile_of(n, te, t);
+      const Span sp = pl.span(t);
       const std::size_t at = bytes_of(sp.begin, we), bytes = bytes_of(sp.length, we);
-      if (me == 0) {
+      if (pl.first()) {
         enc.resize(bytes);
         wg.compute("encode", {enc_work(plan, sp.length)}, [&] {
           fusedcoll::detail::wire_encode(plan, y + sp.begin, sp.begin, sp.length, enc.data());
         });
-        wg.put_signal(next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
+        wg.put_signal(pl.next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
         continue;
       }
       co_await wg.wait_until(run_slot + t, Cmp::ge, run_target[t]);
       const std::vector<WireSource> srcs = {{WireSource::Kind::wire, wg.read(run, at, bytes)},
                                             {WireSource::Kind::plain, y + sp.begin}};
-      if (me != last) {
+      if (!pl.last()) {
         // Only the encoded running value is written: the fused pass's encode, and no decode of
         // it into an f32 output.
         enc.resize(bytes);
@@ -318,7 +317,7 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
           fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, 0, enc.data(),
                                          nullptr);
         });
-        wg.put_signal(next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
+        wg.put_signal(pl.next, run, at, enc.data(), bytes, run_slot + t, SignalOp::add, 1);
       } else {
         std::byte* fin = wg.local(res) + at;
         const auto cost = model::wire_reduce(plan.format, sp.length, scaled, 1, 0, 1, true);
@@ -326,17 +325,19 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
           fusedcoll::detail::wire_reduce(plan, args.op, srcs, sp.begin, sp.length, divide, fin,
                                          recv + sp.begin);
         });
-        wg.put_signal(prev, res, at, fin, bytes, res_slot + t, SignalOp::add, 1);
+        for (int q : pl.result_to)
+          wg.put_signal(q, res, at, fin, bytes, res_slot + t, SignalOp::add, 1);
       }
     }
-    if (me == last) co_return;
+    if (pl.result_from < 0) co_return;
     // The relay: forward the finished bytes first (rank - 1 waits on them), then decode.
     for (int t = w; t < nt; t += G) {
       co_await wg.wait_until(res_slot + t, Cmp::ge, res_target[t]);
-      const Span sp = tile_of(n, te, t);
+      const Span sp = pl.span(t);
       const std::size_t at = bytes_of(sp.begin, we), bytes = bytes_of(sp.length, we);
       const std::byte* got = wg.read(res, at, bytes);
-      if (me > 0) wg.put_signal(prev, res, at, got, bytes, res_slot + t, SignalOp::add, 1);
+      for (int q : pl.result_to)
+        wg.put_signal(q, res, at, got, bytes, res_slot + t, SignalOp::add, 1);
       wg.compute("decode", {dec_work(plan, sp.length)}, [&] {
         fusedcoll::detail::wire_decode(plan, got, sp.begin, sp.length, recv + sp.begin);
       });
@@ -348,24 +349,21 @@ void all_reduce_chain_wire(Rank& rk, const AllReduceArgs& args, const float* y,
 /// An exchange (collectives.hpp) with a compressed wire: every block, this rank's own included,
 /// is encoded by its sender (block indices restarting at 0 in every block) and decoded by its
 /// receiver. Tiles are cut in f32 elements; scratch holds wire bytes.
-void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const float* send,
-                   float* recv) {
+void exchange_wire(Rank& rk, const std::string& key, const std::string& kernel,
+                   const ExchangePlan& ex, const WirePlan& plan, const float* send, float* recv) {
   const int me = rk.rank();
   const std::size_t we = plan.elem();
-  const ExchangeSchedule sc = exchange_schedule(rk, ex, sizeof(float), we);
+  const ExchangeSchedule sc = exchange_schedule(rk, key, ex, we);
   if (ex.inbox == 0) return;
-  const auto& [box, tl, slot, sends, receives, target] = sc;
-  const int mt = tl.max_tiles;
-  auto te = [&](int64_t n) { return tl.elems(n, sizeof(float)); };
+  const int mt = sc.mt;
 
-  const int grid = grid_for(rk, std::max(sends.size(), receives.size()));
-  rk.launch(ex.kernel, grid, [&](WgContext& wg) -> WgTask {
+  const int grid = grid_for(rk, std::max(ex.sends.size(), ex.receives.size()));
+  rk.launch(kernel, grid, [&](WgContext& wg) -> WgTask {
     const std::size_t w = wg.wg(), G = wg.num_wgs();
     std::vector<std::byte> enc;
-    for (std::size_t i = w; i < sends.size(); i += G) {
-      const int q = sends[i].peer, t = sends[i].tile;
-      const int64_t n = ex.send_len[q];
-      const Span s = tile_of(n, te(n), t);
+    for (std::size_t i = w; i < ex.sends.size(); i += G) {
+      const int q = ex.sends[i].peer, t = ex.sends[i].tile;
+      const Span s = ex.send_span(ex.sends[i]);
       enc.resize(bytes_of(s.length, we));
       wg.compute("encode", {enc_work(plan, s.length)}, [&] {
         fusedcoll::detail::wire_encode(plan, send + ex.send_at[q] + s.begin, s.begin, s.length,
@@ -377,16 +375,15 @@ void exchange_wire(Rank& rk, const Exchange& ex, const WirePlan& plan, const flo
                                          recv + ex.recv_at[me] + s.begin);
         });
       else
-        wg.put_signal(q, box, bytes_of(ex.put_at[q] + s.begin, we), enc.data(), enc.size(),
-                      slot + me * mt + t, SignalOp::add, 1);
+        wg.put_signal(q, sc.box, bytes_of(ex.put_at[q] + s.begin, we), enc.data(), enc.size(),
+                      sc.slot + me * mt + t, SignalOp::add, 1);
     }
-    for (std::size_t i = w; i < receives.size(); i += G) {
-      const int p = receives[i].peer, t = receives[i].tile;
-      co_await wg.wait_until(slot + p * mt + t, Cmp::ge, target[p * mt + t]);
-      const int64_t n = ex.recv_len[p];
-      const Span s = tile_of(n, te(n), t);
+    for (std::size_t i = w; i < ex.receives.size(); i += G) {
+      const int p = ex.receives[i].peer, t = ex.receives[i].tile;
+      co_await wg.wait_until(sc.slot + p * mt + t, Cmp::ge, sc.target[p * mt + t]);
+      const Span s = ex.recv_span(ex.receives[i]);
       const std::byte* got =
-          wg.read(box, bytes_of(ex.box_at[p] + s.begin, we), bytes_of(s.length, we));
+          wg.read(sc.box, bytes_of(ex.box_at[p] + s.begin, we), bytes_of(s.length, we));
       wg.compute("decode", {dec_work(plan, s.length)}, [&] {
         fusedcoll::detail::wire_decode(plan, got, s.begin, s.length, recv + ex.recv_at[p] + s.begin);
       });
@@ -452,26 +449,22 @@ void all_gather_wire(Rank& rk, const AllGatherArgs& args) {
   const int64_t n_me = args.recv_counts[rk.rank()];
   const auto* send = static_cast<const float*>(args.send);
   const std::vector<float> y(send, send + n_me);
-  Exchange ex = all_gather_exchange(rk, args);
+  const ExchangePlan ex = all_gather_plan(rk, args);
   const WirePlan plan = agree_plan(rk, "all_gather", args.wire, {{y.data(), 0, n_me}}, 1.0f);
-  ex.key = "all_gather.wire";
-  ex.kernel = "all_gather_wire";
-  exchange_wire(rk, ex, plan, y.data(), static_cast<float*>(args.recv));
+  exchange_wire(rk, "all_gather.wire", "all_gather_wire", ex, plan, y.data(),
+                static_cast<float*>(args.recv));
 }
 
 /// All-to-All(v) with a compressed wire: every segment, the self-segment included, arrives as
 /// decode(encode(x)), block indices restarting at 0 in every segment.
-void all_to_allv_wire(Rank& rk, const AllToAllvArgs& args,
-                      const std::vector<const AllToAllvArgs*>& all) {
+void all_to_allv_wire(Rank& rk, const AllToAllvArgs& args, const ExchangePlan& ex) {
   const int P = rk.size();
   const auto* send = static_cast<const float*>(args.send);
-  Exchange ex = all_to_allv_exchange(rk, args, all);
   std::vector<Run> runs;
   for (int q = 0; q < P; ++q) runs.push_back({send + args.send_displs[q], 0, args.send_counts[q]});
   const WirePlan plan = agree_plan(rk, "all_to_allv", args.wire, runs, 1.0f);  // ends args reads
-  ex.key = "all_to_allv.wire";
-  ex.kernel = "all_to_allv_wire";
-  exchange_wire(rk, ex, plan, send, static_cast<float*>(args.recv));
+  exchange_wire(rk, "all_to_allv.wire", "all_to_allv_wire", ex, plan, send,
+                static_cast<float*>(args.recv));
 }
 
 }  // namespace fusedcoll::emu::ops

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusedcoll/collectives.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 
 namespace fusedcoll::detail::collective {
@@ -147,6 +148,174 @@ struct OwnerPlan {
   std::size_t most_items() const {
     return std::max({scatter.size(), reduce.size(), collect.size()});
   }
+};
+
+// ---------------------------------------------------------------------------------------------
+// AllReduce ring: P - 1 reduce-scatter steps around the ring r -> r + 1; chunk c (chunk_of) is
+// folded ((v_{c+1} op v_{c+2}) op ...) op v_c (docs/semantics.md), so rank c finishes it. Then
+// the finished chunks reach every rank: by P - 1 ring all-gather steps, or straight from their
+// owners (OwnerPlan's gather).
+
+/// One rank's ring, from the agreed count alone. Reduce-scatter step s sends the running value of
+/// chunk send_chunk(s) (this rank's own value at s = 0, else the one it folded at step s - 1) to
+/// `next`, and receives chunk recv_chunk(s) from `prev`, which it folds with its own value (the
+/// received value on the left); recv_chunk(steps - 1) is `me`, finished. Ring all-gather step g
+/// forwards chunk gather_chunk(g) (its own at g = 0, else the one received at step g - 1), and
+/// the last step's receipt is gather_chunk(steps). Every chunk is cut into `tiles` tiles of `te`
+/// elements (those of the longest chunk), so that every (step, tile) of either phase moves
+/// exactly one tile per call, empty ones included: its slot gets one signal per call.
+struct RingPlan {
+  RingPlan(std::int64_t count, int me, int P, const Tiling& tiling, std::size_t tile_elem);
+
+  Parts parts;  ///< chunk_of(count, P, c)
+  int P = 1, me = 0, next = 0, prev = 0;
+  int steps = 0;        ///< P - 1 per phase
+  std::int64_t te = 1;  ///< elements per tile, in every chunk
+  int tiles = 0;        ///< tiles of the longest chunk, moved by every step
+
+  int send_chunk(int s) const { return mod(me - 1 - s, P); }
+  int recv_chunk(int s) const { return mod(me - 2 - s, P); }
+  int gather_chunk(int g) const { return mod(me - g, P); }
+  /// Tile `t` of chunk `c`.
+  Span span(int c, int t) const { return tile_of(parts.len[c], te, t); }
+  /// Where step s's running value lands in its receiver's scratch: one region of the longest
+  /// chunk per step, so that a fast sender never overwrites a value not yet folded.
+  std::int64_t region_at(int s) const { return std::int64_t{s} * parts.max_len; }
+  std::int64_t regions_elems() const { return std::int64_t{steps} * parts.max_len; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// AllReduce chain (P > 1): every element's running value passes rank 0, 1, ..., P - 1, each
+// adding its own value (the received value on the left), so every element is folded in rank order.
+
+/// One rank's chain, tile by tile over the whole buffer (tiles of `te` elements, `tiles` of
+/// them), so that the ranks work as a pipeline. A rank receives each tile's running value from
+/// `prev` (none at rank 0) and sends its sum on to `next` (none at the last rank, which finishes
+/// the tile). How the finished tiles come back is the Return: `relay`, rank by rank back down the
+/// chain (P-1 -> P-2 -> ... -> 0, the bytes unchanged: every link carries each element at most
+/// twice, and between two groups of consecutive ranks each element crosses once each way), or
+/// `spread`, the last rank to every other rank (remote first). Signals, per call: run[t] gets one
+/// on every rank but 0, res[t] one on every rank but the last.
+struct ChainPlan {
+  enum class Return { relay, spread };
+  ChainPlan(std::int64_t count, int me, int P, const Tiling& tiling, std::size_t tile_elem,
+            Return ret);
+
+  std::int64_t count = 0;
+  int P = 1, me = 0;
+  int prev = -1, next = -1;  ///< -1: none (rank 0's prev, the last rank's next)
+  std::int64_t te = 1;
+  int tiles = 0;
+  int result_from = -1;        ///< the rank the finished tiles come from (-1: it finishes them)
+  std::vector<int> result_to;  ///< the ranks this rank sends the finished tiles to, in order
+
+  bool first() const { return me == 0; }
+  bool last() const { return me == P - 1; }
+  Span span(int t) const { return tile_of(count, te, t); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Exchange: every rank sends one block to every rank, itself included (All-to-All(v), and
+// AllGather, whose blocks to all peers are one and the same). Each receiver's inbox holds its
+// incoming blocks; offsets and lengths are in elements.
+
+/// One rank's side of an exchange, from the agreed arguments alone: its blocks (`send_len[q]` at
+/// `send_at[q]` of its send buffer, landing at `put_at[q]` of q's inbox), what it receives
+/// (`recv_len[p]` at `recv_at[p]` of its receive buffer, sitting at `box_at[p]` of its own
+/// inbox), and, once tiled, its work: `sends` (remote peers first, its own block last, a local
+/// copy) and `receives` (remote peers only, in the same order). The slot [source][tile] of a
+/// receive item gets one signal per call. A block of n elements is tiled by te(n), so that its
+/// sender and its receiver agree, as n does.
+struct ExchangePlan {
+  int P = 1, me = 0;
+  std::int64_t inbox = 0;  ///< inbox elements: the largest of any rank, so the same everywhere
+  std::vector<std::int64_t> send_len, send_at, put_at;  ///< [q]
+  std::vector<std::int64_t> recv_len, recv_at, box_at;  ///< [p]
+  std::vector<int> order;                               ///< remote_first(me, P)
+  std::vector<Item> sends, receives;
+  Tiling tiling;
+  std::size_t tile_elem = 4;
+  std::int64_t uniform_te = 0;  ///< when nonzero, every block's tile size
+
+  /// All-to-All(v): rank q's inbox packs its incoming blocks in source order; `recv_counts(q)` is
+  /// rank q's (agreed) receive counts.
+  template <class RecvCounts>
+  static ExchangePlan all_to_allv(const AllToAllvArgs& mine, int me, int P,
+                                  RecvCounts&& recv_counts);
+  /// AllGather: every block is this rank's whole contribution (at 0 in `send`), and every inbox
+  /// is laid out like `recv` (part p at its offset, on every rank).
+  static ExchangePlan all_gather(const AllGatherArgs& mine, int me, int P);
+
+  /// Cuts the blocks into tiles of `elem`-byte elements and lists the work. With `uniform`, every
+  /// block of the call is cut like the longest (the GPU backend's choice: one tile size for a
+  /// whole kernel), else each by its own length.
+  void tile(const Tiling& t, std::size_t elem, bool uniform = false);
+
+  std::int64_t te(std::int64_t n) const {
+    return uniform_te > 0 ? uniform_te : tiling.elems(n, tile_elem);
+  }
+  Span send_span(const Item& it) const {
+    const std::int64_t n = send_len[it.peer];
+    return tile_of(n, te(n), it.tile);
+  }
+  Span recv_span(const Item& it) const {
+    const std::int64_t n = recv_len[it.peer];
+    return tile_of(n, te(n), it.tile);
+  }
+  /// The most tiles of one block: a backend's slot stride per source.
+  int tiles() const { return num_tiles(longest(), te(longest())); }
+  /// The longest block of the call, on any rank.
+  std::int64_t longest() const { return longest_; }
+
+ private:
+  std::int64_t longest_ = 0;
+};
+
+template <class RecvCounts>
+ExchangePlan ExchangePlan::all_to_allv(const AllToAllvArgs& mine, int me, int P,
+                                       RecvCounts&& recv_counts) {
+  ExchangePlan ex;
+  ex.P = P;
+  ex.me = me;
+  ex.order = remote_first(me, P);
+  ex.put_at.assign(static_cast<std::size_t>(P), 0);
+  for (int q = 0; q < P; ++q) {
+    const std::vector<std::int64_t>& theirs = recv_counts(q);
+    std::int64_t sum = 0;
+    for (int p = 0; p < P; ++p) {
+      if (p == me) ex.put_at[q] = sum;
+      sum += theirs[p];
+      ex.longest_ = std::max(ex.longest_, theirs[p]);
+    }
+    ex.inbox = std::max(ex.inbox, sum);
+  }
+  ex.box_at.assign(static_cast<std::size_t>(P), 0);
+  for (int p = 1; p < P; ++p) ex.box_at[p] = ex.box_at[p - 1] + mine.recv_counts[p - 1];
+  ex.send_len = mine.send_counts;
+  ex.send_at = mine.send_displs;
+  ex.recv_len = mine.recv_counts;
+  ex.recv_at = mine.recv_displs;
+  return ex;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broadcast
+
+/// One rank's broadcast: the root sends every tile to every rank (`items`: (q, tile), remote
+/// ranks first, its own copy last); every other rank receives every tile from the root (`items`:
+/// (root, tile)), whose slot [tile] gets one signal per call.
+struct BroadcastPlan {
+  BroadcastPlan(std::int64_t count, int root, int me, int P, const Tiling& tiling,
+                std::size_t elem);
+
+  std::int64_t count = 0;
+  int root = 0;
+  std::int64_t te = 1;
+  int tiles = 0;
+  std::vector<int> order;  ///< remote_first(root, P): the root's order
+  std::vector<Item> items;
+
+  Span span(int t) const { return tile_of(count, te, t); }
 };
 
 }  // namespace fusedcoll::detail::collective
