@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/compression.hpp"
+#include "fusedcoll/detail/wire.hpp"
 
 namespace fusedcoll::detail::collective {
 
@@ -30,6 +32,15 @@ Parts Parts::counts(const std::vector<std::int64_t>& counts) {
     p.total += n;
   }
   return p;
+}
+
+WireFold WireFold::of(const CompressionOptions& wire, ReduceOp op, std::size_t dtype_elem) {
+  WireFold f;
+  f.compressed = wire.format != WireFormat::none;
+  f.predivide = f.compressed && op == ReduceOp::avg && wire.predivide;
+  f.divide = f.compressed ? divides_after(op, wire) : op == ReduceOp::avg;
+  f.elem = f.compressed ? wire_size(wire.format) : dtype_elem;
+  return f;
 }
 
 OwnerPlan::OwnerPlan(Parts parts_in, int me_in, int P_in, const Tiling& tiling,

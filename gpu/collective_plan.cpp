@@ -1,5 +1,6 @@
-// The plans of the GPU backend's collectives (gpu/collective_plan.hpp). Calls arrive validated
-// and agreeing (every rank's arguments at once, as in ref/).
+// The plans of the GPU backend's collectives (gpu/collective_plan.hpp): every rank's shared plan
+// (detail/collective_plan.hpp) translated into steps on the device's buffers and slots. Calls
+// arrive validated and agreeing (every rank's arguments at once, as in ref/).
 
 #include "gpu/collective_plan.hpp"
 
@@ -17,13 +18,15 @@ using std::int64_t;
 
 using fusedcoll::detail::remote_first;  // the order every backend's plans use
 
-using fusedcoll::detail::collective::num_tiles;
+using fusedcoll::detail::collective::BroadcastPlan;
+using fusedcoll::detail::collective::ChainPlan;
+using fusedcoll::detail::collective::ExchangePlan;
+using fusedcoll::detail::collective::Item;
+using fusedcoll::detail::collective::OwnerPlan;
+using fusedcoll::detail::collective::Parts;
+using fusedcoll::detail::collective::RingPlan;
 using fusedcoll::detail::collective::Span;
-using fusedcoll::detail::collective::tile_of;
-
-int64_t tile_elems(int64_t len, std::size_t elem) {
-  return fusedcoll::detail::collective::Tiling::gpu().elems(len, elem);
-}
+using fusedcoll::detail::collective::Tiling;
 
 /// Builds a plan: the steps of each rank in the order they are added, their sources and
 /// targets, buffer sizes, transfers and named slots.
@@ -73,27 +76,17 @@ class Builder {
   Plan p_;
 };
 
-/// The reduction's compression settings, shared by AllReduce and ReduceScatter: what the owner's
-/// own contribution goes through, whether contributions are predivided, whether the fold ends
-/// with the avg division.
-struct Fold {
-  bool compressed;
-  bool predivide;
-  bool divide;
-  Access own;      // the owner's own contribution: raw, or round-tripped (it is encoded too)
-  Access wire;     // what travels between ranks
-  std::size_t we;  // bytes per element in scratch
+/// A reduction's wire (detail/collective_plan.hpp, WireFold) as the steps' accesses: the owner's
+/// own contribution is round-tripped when compressed (it is encoded too), what travels is wire.
+struct Fold : detail::collective::WireFold {
+  Access own;   // the owner's own contribution: raw, or round-tripped
+  Access wire;  // what travels between ranks (`elem` bytes an element in scratch)
 };
 
 Fold fold_of(const CompressionOptions& wire, ReduceOp op, std::size_t elem) {
-  Fold f;
-  f.compressed = wire.format != WireFormat::none;
-  f.predivide = f.compressed && op == ReduceOp::avg && wire.predivide;
-  f.divide = f.compressed ? detail::divides_after(op, wire) : op == ReduceOp::avg;
-  f.own = f.compressed ? Access::round_trip : Access::raw;
-  f.wire = f.compressed ? Access::wire : Access::raw;
-  f.we = f.compressed ? wire_size(wire.format) : elem;
-  return f;
+  const auto w = detail::collective::WireFold::of(wire, op, elem);
+  return {w, w.compressed ? Access::round_trip : Access::raw,
+          w.compressed ? Access::wire : Access::raw};
 }
 
 void set_reduction_amax(Plan& p, int64_t n, ReduceOp op, const Fold& f) {
@@ -121,81 +114,79 @@ void set_moved_amax(Plan& p, int64_t max_len, std::vector<AmaxRun> runs) {
       if (r.n > 0) p.amax_runs.push_back(r);
 }
 
-/// The reduce-scatter of AllReduce `direct` and of ReduceScatter: chunk c (offset off[c], length
-/// len[c]) is folded by rank c in rank order. Compressed: level 0 puts the encoded tiles of every
-/// other chunk to its owner's stage; level 1 folds the owner's tiles and hands each finished
-/// element to `finish`. Uncompressed, nothing needs encoding on the way, and every rank's input is
-/// on the device before the launch and never written during the call, so the owner's fold reads
-/// its peers' send buffers in place (one read of every input, no staging, no wait): on one device
-/// that is the memory-bound fold of the baseline.
+/// Every rank's owner plan (detail/collective_plan.hpp), tiled for the GPU.
+std::vector<OwnerPlan> owner_plans(const Parts& parts, int P, std::size_t elem, bool gather) {
+  std::vector<OwnerPlan> plans;
+  for (int r = 0; r < P; ++r) plans.emplace_back(parts, r, P, Tiling::gpu(), elem, gather);
+  return plans;
+}
+
+/// The owner reduction of AllReduce `direct` and of ReduceScatter (OwnerPlan): part c is folded
+/// by rank c in rank order. Compressed: level 0 puts the encoded scatter tiles to their owners'
+/// stage; level 1 folds the owner's reduce tiles and hands each finished tile to `finish`.
+/// Uncompressed, nothing needs encoding on the way, and every rank's input is on the device
+/// before the launch and never written during the call, so the owner's fold reads its peers' send
+/// buffers in place (the scatter is skipped: one read of every input, no staging, no wait): on one
+/// device that is the memory-bound fold of the baseline.
 template <class Finish>
-void owner_reduce(Builder& b, const std::vector<int64_t>& off, const std::vector<int64_t>& len,
-                  const Fold& f, Finish&& finish) {
+void owner_reduce(Builder& b, const std::vector<OwnerPlan>& plans, const Fold& f,
+                  Finish&& finish) {
   Plan& p = b.plan();
   const int P = p.P;
-  const int64_t maxlen = *std::max_element(len.begin(), len.end());
-  const int64_t te = tile_elems(maxlen, p.elem);
+  const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.elem);
   if (!f.compressed) {
-    const int64_t eb = static_cast<int64_t>(p.elem);
     for (int r = 0; r < P; ++r)
-      for (int t = 0; t < num_tiles(len[r], te); ++t) {
-        const Span s = tile_of(len[r], te, t);
-        const int64_t at = off[r] + s.begin;
+      for (const Item& it : plans[r].reduce) {
+        const int64_t at = plans[r].at(it);
         std::vector<Source> srcs;
         for (int q = 0; q < P; ++q) srcs.push_back({{q, Buf::send, at * eb}, Access::raw, false, at});
-        b.step(r, 1, s.length, -1, std::move(srcs), finish(r, at, s.begin), f.divide);
+        b.step(r, 1, plans[r].span(it).length, -1, std::move(srcs), finish(r, at, it.tile),
+               f.divide);
       }
     return;
   }
-  const int T = num_tiles(maxlen, te);
-  const int part = b.slots(p.name + ".part", std::max(T, 1));
-  for (int r = 0; r < P; ++r) p.bytes(Buf::stage, r) = P * maxlen * static_cast<int64_t>(f.we);
+  const int part = b.slots(p.name + ".part", std::max(plans[0].tiles, 1));
+  for (int r = 0; r < P; ++r) p.bytes(Buf::stage, r) = P * plans[r].parts.max_len * we;
   for (int r = 0; r < P; ++r)
-    for (int c : remote_first(r, P)) {
-      if (c == r) continue;
-      for (int t = 0; t < num_tiles(len[c], te); ++t) {
-        const Span s = tile_of(len[c], te, t);
-        const int64_t at = off[c] + s.begin;
-        b.step(r, 0, s.length, -1,
-               {{{r, Buf::send, at * static_cast<int64_t>(p.elem)}, Access::raw, f.predivide, at}},
-               {{{c, Buf::stage, (r * maxlen + s.begin) * static_cast<int64_t>(f.we)},
-                 f.wire,
-                 at,
-                 c,
-                 part + t}});
-      }
+    for (const Item& it : plans[r].scatter) {
+      const int c = it.peer;
+      const int64_t at = plans[r].at(it);
+      b.step(r, 0, plans[r].span(it).length, -1,
+             {{{r, Buf::send, at * eb}, Access::raw, f.predivide, at}},
+             {{{c, Buf::stage, (plans[c].inbox_at(r) + plans[r].span(it).begin) * we},
+               f.wire,
+               at,
+               c,
+               part + it.tile}});
     }
   for (int r = 0; r < P; ++r)
-    for (int t = 0; t < num_tiles(len[r], te); ++t) {
-      const Span s = tile_of(len[r], te, t);
-      const int64_t at = off[r] + s.begin;
+    for (const Item& it : plans[r].reduce) {
+      const Span s = plans[r].span(it);
+      const int64_t at = plans[r].at(it);
       std::vector<Source> srcs;
       for (int q = 0; q < P; ++q)
-        srcs.push_back(
-            q == r
-                ? Source{{r, Buf::send, at * static_cast<int64_t>(p.elem)}, f.own, f.predivide, at}
-                : Source{{r, Buf::stage, (q * maxlen + s.begin) * static_cast<int64_t>(f.we)},
-                         f.wire,
-                         false,
-                         at});
-      b.step(r, 1, s.length, P > 1 ? part + t : -1, std::move(srcs), finish(r, at, s.begin),
+        srcs.push_back(q == r ? Source{{r, Buf::send, at * eb}, f.own, f.predivide, at}
+                              : Source{{r, Buf::stage, (plans[r].inbox_at(q) + s.begin) * we},
+                                       f.wire,
+                                       false,
+                                       at});
+      b.step(r, 1, s.length, P > 1 ? part + it.tile : -1, std::move(srcs), finish(r, at, it.tile),
              f.divide);
     }
 }
 
-/// Where a finished AllReduce chunk goes: every rank's recv (remote first), or, compressed, the
+/// Where a finished AllReduce tile goes: every rank's recv (remote first), or, compressed, the
 /// owner's recv round-tripped and every peer's final buffer encoded.
 struct Spread {
   int landed = -1;  // uncompressed
   int fin = -1;     // compressed: [owner][tile]
   int T = 0;
-  int64_t te = 1;
 };
 
 std::vector<Target> spread_targets(const Plan& p, const Fold& f, const Spread& sp, int r,
                                    int64_t at, int t) {
   std::vector<Target> dsts;
-  const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.we);
+  const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.elem);
   for (int q : remote_first(r, p.P)) {
     if (q == r)
       dsts.push_back({{r, Buf::recv, at * eb}, f.own, at});
@@ -207,30 +198,120 @@ std::vector<Target> spread_targets(const Plan& p, const Fold& f, const Spread& s
   return dsts;
 }
 
-/// Decode steps of a compressed AllReduce: every rank decodes the finished tiles of the chunks it
-/// does not own from its final buffer.
-void decode_finals(Builder& b, const std::vector<int64_t>& off, const std::vector<int64_t>& len,
-                   const Fold& f, const Spread& sp, int level) {
+/// The last level of AllReduce `direct` and `ring`: every rank collects the finished tiles of the
+/// chunks it does not own (OwnerPlan's collect items): compressed, it decodes them from its final
+/// buffer; uncompressed they were stored into its recv, and it waits until all have landed.
+void collect_finals(Builder& b, const std::vector<OwnerPlan>& plans, const Fold& f,
+                    const Spread& sp, int level) {
   Plan& p = b.plan();
-  for (int r = 0; r < p.P; ++r)
-    for (int c : remote_first(r, p.P)) {
-      if (c == r) continue;
-      for (int t = 0; t < num_tiles(len[c], sp.te); ++t) {
-        const Span s = tile_of(len[c], sp.te, t);
-        const int64_t at = off[c] + s.begin;
-        b.step(r, level, s.length, sp.fin + c * sp.T + t,
-               {{{r, Buf::final_wire, at * static_cast<int64_t>(f.we)}, Access::wire, false, at}},
-               {{{r, Buf::recv, at * static_cast<int64_t>(p.elem)}, Access::raw, at}});
-      }
+  for (int r = 0; r < p.P; ++r) {
+    const OwnerPlan& pl = plans[r];
+    if (!f.compressed) {
+      b.wait_all(r, level, sp.landed, pl.collect.size());
+      continue;
     }
+    for (const Item& it : pl.collect) {
+      const int64_t at = pl.at(it);
+      b.step(r, level, pl.span(it).length, sp.fin + it.peer * sp.T + it.tile,
+             {{{r, Buf::final_wire, at * static_cast<int64_t>(f.elem)}, Access::wire, false, at}},
+             {{{r, Buf::recv, at * static_cast<int64_t>(p.elem)}, Access::raw, at}});
+    }
+    p.bytes(Buf::final_wire, r) = pl.parts.total * static_cast<int64_t>(f.elem);
+  }
 }
 
-/// The tiles of every chunk but `r`'s: what a rank receives from the owners.
-std::uint64_t tiles_from_others(const std::vector<int64_t>& len, int64_t te, int r) {
-  std::uint64_t n = 0;
-  for (std::size_t c = 0; c < len.size(); ++c)
-    if (static_cast<int>(c) != r) n += static_cast<std::uint64_t>(num_tiles(len[c], te));
-  return n;
+/// Compressed chain (ChainPlan, the result spread by the last rank): every tile's running value
+/// passes rank 0, 1, ..., P - 1, encoded into the next rank's stage ('chain'[t]); rank P - 1
+/// finishes it and spreads it as direct's owner does, then every other rank decodes. All ranks
+/// share one device, so the last rank encodes straight into every peer's final buffer (the
+/// emulator relays it instead, for its one link per device).
+void chain_wire(Builder& b, int64_t n, const Fold& f) {
+  Plan& p = b.plan();
+  const int P = p.P;
+  const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.elem);
+  std::vector<ChainPlan> plans;
+  for (int r = 0; r < P; ++r)
+    plans.emplace_back(n, r, P, Tiling::gpu(), p.elem, ChainPlan::Return::spread);
+  const int T = std::max(plans[0].tiles, 1);
+  const int chain_slot = b.slots(p.name + ".chain", T);
+  const int fin_slot = b.slots(p.name + ".final", T);
+  for (int r = 0; r < P; ++r) {
+    p.bytes(Buf::stage, r) = n * we;
+    p.bytes(Buf::final_wire, r) = n * we;
+  }
+  for (int r = 0; r < P; ++r) {
+    const ChainPlan& pl = plans[r];
+    for (int t = 0; t < pl.tiles; ++t) {
+      const Span s = pl.span(t);
+      std::vector<Source> srcs;
+      if (!pl.first()) srcs.push_back({{r, Buf::stage, s.begin * we}, f.wire, false, s.begin});
+      srcs.push_back({{r, Buf::send, s.begin * eb}, Access::raw, f.predivide, s.begin});
+      const int wait = pl.first() ? -1 : chain_slot + t;
+      if (!pl.last()) {
+        b.step(r, r, s.length, wait, std::move(srcs),
+               {{{pl.next, Buf::stage, s.begin * we}, f.wire, s.begin, pl.next, chain_slot + t}});
+        continue;
+      }
+      std::vector<Target> dsts;
+      for (int q : pl.result_to)
+        dsts.push_back(
+            {{q, Buf::final_wire, s.begin * we}, Access::wire, s.begin, q, fin_slot + t});
+      dsts.push_back({{r, Buf::recv, s.begin * eb}, f.own, s.begin});
+      b.step(r, r, s.length, wait, std::move(srcs), std::move(dsts), f.divide);
+    }
+  }
+  for (int r = 0; r < P; ++r) {
+    const ChainPlan& pl = plans[r];
+    if (pl.result_from < 0) continue;
+    for (int t = 0; t < pl.tiles; ++t) {
+      const Span s = pl.span(t);
+      b.step(r, P, s.length, fin_slot + t,
+             {{{r, Buf::final_wire, s.begin * we}, Access::wire, false, s.begin}},
+             {{{r, Buf::recv, s.begin * eb}, Access::raw, s.begin}});
+    }
+  }
+}
+
+/// Ring (RingPlan): level k of rank r folds the chunk it received at step k - 1 (its own value
+/// alone at k = 0: the received value on the left, its own on the right) and sends it on to rank
+/// r + 1 at step k, until level P - 1, where its own chunk is finished and spread as direct's
+/// owner does (the all-gather half only moves the finished bits). Empty tiles of a shorter chunk
+/// are skipped on both ends.
+template <class Finish>
+void ring_reduce(Builder& b, int64_t n, const Fold& f, Finish&& finish) {
+  Plan& p = b.plan();
+  const int P = p.P;
+  const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.elem);
+  std::vector<RingPlan> plans;
+  for (int r = 0; r < P; ++r) plans.emplace_back(n, r, P, Tiling::gpu(), p.elem);
+  const int T = std::max(plans[0].tiles, 1);
+  const int ring_slot = b.slots(p.name + ".ring", (P - 1) * T);
+  for (int r = 0; r < P; ++r) p.bytes(Buf::stage, r) = plans[r].regions_elems() * we;
+  for (int r = 0; r < P; ++r) {
+    const RingPlan& pl = plans[r];
+    for (int k = 0; k < P; ++k) {
+      const int c = k == 0 ? pl.send_chunk(0) : pl.recv_chunk(k - 1);
+      for (int t = 0; t < pl.tiles_of(c); ++t) {
+        const Span s = pl.span(c, t);
+        const int64_t at = pl.parts.off[c] + s.begin;
+        std::vector<Source> srcs;
+        if (k > 0)
+          srcs.push_back(
+              {{r, Buf::stage, (pl.region_at(k - 1) + s.begin) * we}, f.wire, false, at});
+        srcs.push_back({{r, Buf::send, at * eb}, Access::raw, f.predivide, at});
+        const int wait = k > 0 ? ring_slot + (k - 1) * T + t : -1;
+        if (k < pl.steps)
+          b.step(r, k, s.length, wait, std::move(srcs),
+                 {{{pl.next, Buf::stage, (pl.region_at(k) + s.begin) * we},
+                   f.wire,
+                   at,
+                   pl.next,
+                   ring_slot + k * T + t}});
+        else
+          b.step(r, k, s.length, wait, std::move(srcs), finish(r, at, t), f.divide);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -238,19 +319,12 @@ std::uint64_t tiles_from_others(const std::vector<int64_t>& len, int64_t te, int
 Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   const AllReduceArgs& a = all[0];
   const int P = static_cast<int>(all.size());
-  const bool ring = a.algo == AllReduceAlgo::ring && P > 1;
   Builder b(std::string("all_reduce ") + to_string(a.algo), P, a.dtype);
   Plan& p = b.plan();
   p.reduce = a.op;
   p.wire = a.wire;
   const Fold f = fold_of(a.wire, a.op, p.elem);
   const int64_t n = a.count, eb = static_cast<int64_t>(p.elem);
-  std::vector<int64_t> off(P), len(P);
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(n, P, c);
-    off[c] = ch.offset;
-    len[c] = ch.length;
-  }
   for (int r = 0; r < P; ++r) {
     p.bytes(Buf::send, r) = n * eb;
     p.bytes(Buf::recv, r) = n * eb;
@@ -261,117 +335,26 @@ Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   }
   set_reduction_amax(p, n, a.op, f);
 
-  const int64_t maxlen = len[0];  // chunk 0 is the longest
-  Spread sp;
-  sp.te = tile_elems(maxlen, p.elem);
-  sp.T = std::max(num_tiles(maxlen, sp.te), 1);
-  auto finish = [&](int r, int64_t at, int64_t tile_begin) {
-    return spread_targets(p, f, sp, r, at, static_cast<int>(tile_begin / sp.te));
-  };
-
-  // Compressed chain (uncompressed, chain is direct's order and runs as direct): every tile's
-  // running value passes rank 0, 1, ..., P - 1, encoded into the next rank's stage ('chain'[t]);
-  // rank P - 1 finishes it and spreads it as direct's owner does, then every other rank decodes.
-  // All ranks share one device, so the last rank encodes straight into every peer's final buffer
-  // (the emulator relays it instead, for its one link per device).
+  // Uncompressed, chain is direct's order and runs as direct.
   if (a.algo == AllReduceAlgo::chain && P > 1 && f.compressed) {
-    const int last = P - 1;
-    const int64_t te = tile_elems(n, p.elem), we = static_cast<int64_t>(f.we);
-    const int T = std::max(num_tiles(n, te), 1);
-    const int chain_slot = b.slots(p.name + ".chain", T);
-    const int fin_slot = b.slots(p.name + ".final", T);
-    for (int r = 0; r < P; ++r) {
-      p.bytes(Buf::stage, r) = n * we;
-      p.bytes(Buf::final_wire, r) = n * we;
-    }
-    for (int r = 0; r < P; ++r)
-      for (int t = 0; t < num_tiles(n, te); ++t) {
-        const Span s = tile_of(n, te, t);
-        std::vector<Source> srcs;
-        if (r > 0) srcs.push_back({{r, Buf::stage, s.begin * we}, f.wire, false, s.begin});
-        srcs.push_back({{r, Buf::send, s.begin * eb}, Access::raw, f.predivide, s.begin});
-        const int wait = r > 0 ? chain_slot + t : -1;
-        if (r < last) {
-          b.step(r, r, s.length, wait, std::move(srcs),
-                 {{{r + 1, Buf::stage, s.begin * we}, f.wire, s.begin, r + 1, chain_slot + t}});
-          continue;
-        }
-        std::vector<Target> dsts;
-        for (int q : remote_first(r, P))
-          dsts.push_back(q == r ? Target{{r, Buf::recv, s.begin * eb}, f.own, s.begin}
-                                : Target{{q, Buf::final_wire, s.begin * we}, Access::wire,
-                                         s.begin, q, fin_slot + t});
-        b.step(r, r, s.length, wait, std::move(srcs), std::move(dsts), f.divide);
-      }
-    for (int r = 0; r < last; ++r)
-      for (int t = 0; t < num_tiles(n, te); ++t) {
-        const Span s = tile_of(n, te, t);
-        b.step(r, P, s.length, fin_slot + t,
-               {{{r, Buf::final_wire, s.begin * we}, Access::wire, false, s.begin}},
-               {{{r, Buf::recv, s.begin * eb}, Access::raw, s.begin}});
-      }
+    chain_wire(b, n, f);
     return std::move(p);
   }
-
-  if (!ring) {
-    if (f.compressed)
-      sp.fin = b.slots(p.name + ".final", P * sp.T);
-    else
-      sp.landed = b.slots(p.name + ".landed", 1);
-    owner_reduce(b, off, len, f, finish);
-    if (f.compressed)
-      decode_finals(b, off, len, f, sp, 2);
-    else
-      for (int r = 0; r < P; ++r) b.wait_all(r, 2, sp.landed, tiles_from_others(len, sp.te, r));
-    for (int r = 0; r < P; ++r)
-      if (f.compressed) p.bytes(Buf::final_wire, r) = n * static_cast<int64_t>(f.we);
-    return std::move(p);
-  }
-
-  // Ring: level k of rank r works on chunk (r - 1 - k) mod P: the value received from rank r - 1
-  // (for k > 0) on the left, its own on the right, sent on to rank r + 1 until k = P - 1, where
-  // chunk r is finished.
+  const std::vector<OwnerPlan> owners = owner_plans(Parts::chunks(n, P), P, p.elem, true);
+  Spread sp;
+  sp.T = std::max(owners[0].tiles, 1);
   if (f.compressed)
     sp.fin = b.slots(p.name + ".final", P * sp.T);
   else
     sp.landed = b.slots(p.name + ".landed", 1);
-  const int ring_slot = b.slots(p.name + ".ring", (P - 1) * sp.T);
-  for (int r = 0; r < P; ++r)
-    p.bytes(Buf::stage, r) = (P - 1) * maxlen * static_cast<int64_t>(f.we);
-  for (int r = 0; r < P; ++r) {
-    const int next = (r + 1) % P;
-    for (int k = 0; k < P; ++k) {
-      const int c = ((r - 1 - k) % P + P) % P;
-      for (int t = 0; t < num_tiles(len[c], sp.te); ++t) {
-        const Span s = tile_of(len[c], sp.te, t);
-        const int64_t at = off[c] + s.begin;
-        std::vector<Source> srcs;
-        if (k > 0)
-          srcs.push_back(
-              {{r, Buf::stage, ((k - 1) * maxlen + s.begin) * static_cast<int64_t>(f.we)},
-               f.wire,
-               false,
-               at});
-        srcs.push_back({{r, Buf::send, at * eb}, Access::raw, f.predivide, at});
-        const int wait = k > 0 ? ring_slot + (k - 1) * sp.T + t : -1;
-        if (k < P - 1)
-          b.step(r, k, s.length, wait, std::move(srcs),
-                 {{{next, Buf::stage, (k * maxlen + s.begin) * static_cast<int64_t>(f.we)},
-                   f.wire,
-                   at,
-                   next,
-                   ring_slot + k * sp.T + t}});
-        else
-          b.step(r, k, s.length, wait, std::move(srcs), finish(r, at, s.begin), f.divide);
-      }
-    }
+  auto finish = [&](int r, int64_t at, int t) { return spread_targets(p, f, sp, r, at, t); };
+  if (a.algo == AllReduceAlgo::ring && P > 1) {
+    ring_reduce(b, n, f, finish);
+    collect_finals(b, owners, f, sp, P);
+  } else {
+    owner_reduce(b, owners, f, finish);
+    collect_finals(b, owners, f, sp, 2);
   }
-  if (f.compressed)
-    decode_finals(b, off, len, f, sp, P);
-  else
-    for (int r = 0; r < P; ++r) b.wait_all(r, P, sp.landed, tiles_from_others(len, sp.te, r));
-  for (int r = 0; r < P; ++r)
-    if (f.compressed) p.bytes(Buf::final_wire, r) = n * static_cast<int64_t>(f.we);
   return std::move(p);
 }
 
@@ -384,22 +367,19 @@ Plan plan_reduce_scatter(std::span<const ReduceScatterArgs> all) {
   p.wire = a.wire;
   const Fold f = fold_of(a.wire, a.op, p.elem);
   const int64_t eb = static_cast<int64_t>(p.elem);
-  std::vector<int64_t> off(P), len(a.recv_counts.begin(), a.recv_counts.end());
-  int64_t total = 0;
-  for (int q = 0; q < P; ++q) {
-    off[q] = total;
-    total += len[q];
-  }
+  const Parts parts = Parts::counts(a.recv_counts);
+  const int64_t total = parts.total;
   for (int r = 0; r < P; ++r) {
+    const int64_t len = parts.len[r];
     p.bytes(Buf::send, r) = total * eb;
-    p.bytes(Buf::recv, r) = len[r] * eb;
+    p.bytes(Buf::recv, r) = len * eb;
     if (total > 0) p.uploads.push_back({{r, Buf::send, 0}, all[r].send, total * eb});
-    if (len[r] > 0) p.downloads.push_back({{r, Buf::recv, 0}, all[r].recv, len[r] * eb});
+    if (len > 0) p.downloads.push_back({{r, Buf::recv, 0}, all[r].recv, len * eb});
   }
   set_reduction_amax(p, total, a.op, f);
   // The owner's result stays with it: nothing crosses the wire after the fold, no final encode.
-  owner_reduce(b, off, len, f, [&](int r, int64_t at, int64_t) {
-    return std::vector<Target>{{{r, Buf::recv, (at - off[r]) * eb}, Access::raw, at}};
+  owner_reduce(b, owner_plans(parts, P, p.elem, false), f, [&](int r, int64_t at, int) {
+    return std::vector<Target>{{{r, Buf::recv, (at - parts.off[r]) * eb}, Access::raw, at}};
   });
   return std::move(p);
 }
@@ -413,33 +393,35 @@ Plan plan_all_gather(std::span<const AllGatherArgs> all) {
   const bool compressed = a.wire.format != WireFormat::none;
   const int64_t eb = static_cast<int64_t>(p.elem);
   const int64_t we = compressed ? static_cast<int64_t>(wire_size(a.wire.format)) : eb;
-  std::vector<int64_t> off(P), len(a.recv_counts.begin(), a.recv_counts.end());
-  int64_t total = 0;
-  for (int q = 0; q < P; ++q) {
-    off[q] = total;
-    total += len[q];
+  // Every rank's exchange (ExchangePlan), one tile size for the whole kernel.
+  std::vector<ExchangePlan> plans;
+  for (int r = 0; r < P; ++r) {
+    plans.push_back(ExchangePlan::all_gather(all[r], r, P));
+    plans.back().tile(Tiling::gpu(), p.elem, /*uniform=*/true);
   }
-  const int64_t maxlen = *std::max_element(len.begin(), len.end());
-  const int64_t te = tile_elems(maxlen, p.elem);
-  const int T = std::max(num_tiles(maxlen, te), 1);
+  const int64_t total = plans[0].inbox;
+  const int T = std::max(plans[0].tiles(), 1);
   std::vector<AmaxRun> runs;
   for (int r = 0; r < P; ++r) {
-    p.bytes(Buf::send, r) = len[r] * eb;
+    const int64_t len = a.recv_counts[r];
+    p.bytes(Buf::send, r) = len * eb;
     p.bytes(Buf::recv, r) = total * eb;
     if (compressed) p.bytes(Buf::stage, r) = total * we;
-    if (len[r] > 0) p.uploads.push_back({{r, Buf::send, 0}, all[r].send, len[r] * eb});
+    if (len > 0) p.uploads.push_back({{r, Buf::send, 0}, all[r].send, len * eb});
     if (total > 0) p.downloads.push_back({{r, Buf::recv, 0}, all[r].recv, total * eb});
-    runs.push_back({r, 0, len[r], 0});
+    runs.push_back({r, 0, len, 0});
   }
-  set_moved_amax(p, maxlen, runs);
+  set_moved_amax(p, plans[0].longest(), runs);
   const int landed = compressed ? -1 : b.slots("all_gather.landed", 1);
   const int fin = compressed ? b.slots("all_gather.arrived", P * T) : -1;
-  for (int r = 0; r < P; ++r)
-    for (int t = 0; t < num_tiles(len[r], te); ++t) {
-      const Span s = tile_of(len[r], te, t);
+  // A rank's block goes to every rank at once: one step per tile, a target per destination.
+  for (int r = 0; r < P; ++r) {
+    const ExchangePlan& ex = plans[r];
+    for (int t = 0; t < ex.send_tiles(r); ++t) {
+      const Span s = ex.send_span({r, t});
+      const int64_t at = ex.recv_at[r] + s.begin;
       std::vector<Target> dsts;
-      for (int q : remote_first(r, P)) {
-        const int64_t at = off[r] + s.begin;
+      for (int q : ex.order) {
         if (!compressed)
           dsts.push_back(
               {{q, Buf::recv, at * eb}, Access::raw, 0, q == r ? -1 : q, q == r ? -1 : landed});
@@ -451,20 +433,19 @@ Plan plan_all_gather(std::span<const AllGatherArgs> all) {
       b.step(r, 0, s.length, -1, {{{r, Buf::send, s.begin * eb}, Access::raw, false, s.begin}},
              std::move(dsts));
     }
+  }
   for (int q = 0; q < P; ++q) {
+    const ExchangePlan& ex = plans[q];
     if (!compressed) {
-      b.wait_all(q, 1, landed, tiles_from_others(len, te, q));
+      b.wait_all(q, 1, landed, ex.receives.size());
       continue;
     }
-    for (int r : remote_first(q, P)) {
-      if (r == q) continue;
-      for (int t = 0; t < num_tiles(len[r], te); ++t) {
-        const Span s = tile_of(len[r], te, t);
-        const int64_t at = off[r] + s.begin;
-        b.step(q, 1, s.length, fin + r * T + t,
-               {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
-               {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
-      }
+    for (const Item& it : ex.receives) {
+      const Span s = ex.recv_span(it);
+      const int64_t at = ex.box_at[it.peer] + s.begin;
+      b.step(q, 1, s.length, fin + it.peer * T + it.tile,
+             {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
+             {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
     }
   }
   return std::move(p);
@@ -479,18 +460,21 @@ Plan plan_all_to_allv(std::span<const AllToAllvArgs> all) {
   const bool compressed = a.wire.format != WireFormat::none;
   const int64_t eb = static_cast<int64_t>(p.elem);
   const int64_t we = compressed ? static_cast<int64_t>(wire_size(a.wire.format)) : eb;
-  // Device buffers are packed: rank r's send by destination, rank q's recv by source.
-  std::vector<std::vector<int64_t>> sofs(P, std::vector<int64_t>(P)),
-      rofs(P, std::vector<int64_t>(P));
-  int64_t maxlen = 0;
+  // Every rank's exchange (ExchangePlan), one tile size for the whole kernel. Device buffers are
+  // packed: rank r's send by destination (sofs), rank q's recv by source (the plan's inbox).
+  std::vector<ExchangePlan> plans;
+  for (int r = 0; r < P; ++r) {
+    plans.push_back(ExchangePlan::all_to_allv(
+        all[r], r, P, [&](int q) -> const std::vector<int64_t>& { return all[q].recv_counts; }));
+    plans.back().tile(Tiling::gpu(), p.elem, /*uniform=*/true);
+  }
+  std::vector<std::vector<int64_t>> sofs(P, std::vector<int64_t>(P));
   for (int r = 0; r < P; ++r) {
     int64_t s = 0, d = 0;
     for (int q = 0; q < P; ++q) {
       sofs[r][q] = s;
       s += all[r].send_counts[q];
-      rofs[r][q] = d;
       d += all[r].recv_counts[q];
-      maxlen = std::max(maxlen, all[r].send_counts[q]);
     }
     p.bytes(Buf::send, r) = s * eb;
     p.bytes(Buf::recv, r) = d * eb;
@@ -507,48 +491,42 @@ Plan plan_all_to_allv(std::span<const AllToAllvArgs> all) {
             {{r, Buf::send, sofs[r][q] * eb}, sb + all[r].send_displs[q] * eb, sc * eb});
       if (rc > 0)
         p.downloads.push_back(
-            {{r, Buf::recv, rofs[r][q] * eb}, rb + all[r].recv_displs[q] * eb, rc * eb});
+            {{r, Buf::recv, plans[r].box_at[q] * eb}, rb + all[r].recv_displs[q] * eb, rc * eb});
       runs.push_back({r, sofs[r][q] * eb, sc, 0});
     }
-  set_moved_amax(p, maxlen, runs);
-  const int64_t te = tile_elems(maxlen, p.elem);
-  const int T = std::max(num_tiles(maxlen, te), 1);
+  set_moved_amax(p, plans[0].longest(), runs);
+  const int T = std::max(plans[0].tiles(), 1);
   const int landed = compressed ? -1 : b.slots("all_to_allv.landed", 1);
   const int fin = compressed ? b.slots("all_to_allv.arrived", P * T) : -1;
-  std::vector<std::uint64_t> incoming(P, 0);
-  for (int r = 0; r < P; ++r)
-    for (int q : remote_first(r, P)) {
-      const int64_t n = all[r].send_counts[q];
-      for (int t = 0; t < num_tiles(n, te); ++t) {
-        const Span s = tile_of(n, te, t);
-        const int64_t at = rofs[q][r] + s.begin;
-        Target d;
-        if (q == r)
-          d = {{r, Buf::recv, at * eb}, compressed ? Access::round_trip : Access::raw, s.begin};
-        else if (compressed)
-          d = {{q, Buf::stage, at * we}, Access::wire, s.begin, q, fin + r * T + t};
-        else
-          d = {{q, Buf::recv, at * eb}, Access::raw, s.begin, q, landed};
-        if (q != r) ++incoming[q];
-        b.step(r, 0, s.length, -1,
-               {{{r, Buf::send, (sofs[r][q] + s.begin) * eb}, Access::raw, false, s.begin}}, {d});
-      }
+  for (int r = 0; r < P; ++r) {
+    const ExchangePlan& ex = plans[r];
+    for (const Item& it : ex.sends) {
+      const int q = it.peer;
+      const Span s = ex.send_span(it);
+      const int64_t at = ex.put_at[q] + s.begin;
+      Target d;
+      if (q == r)
+        d = {{r, Buf::recv, at * eb}, compressed ? Access::round_trip : Access::raw, s.begin};
+      else if (compressed)
+        d = {{q, Buf::stage, at * we}, Access::wire, s.begin, q, fin + r * T + it.tile};
+      else
+        d = {{q, Buf::recv, at * eb}, Access::raw, s.begin, q, landed};
+      b.step(r, 0, s.length, -1,
+             {{{r, Buf::send, (sofs[r][q] + s.begin) * eb}, Access::raw, false, s.begin}}, {d});
     }
+  }
   for (int q = 0; q < P; ++q) {
+    const ExchangePlan& ex = plans[q];
     if (!compressed) {
-      b.wait_all(q, 1, landed, incoming[q]);
+      b.wait_all(q, 1, landed, ex.receives.size());
       continue;
     }
-    for (int r : remote_first(q, P)) {
-      if (r == q) continue;
-      const int64_t n = all[q].recv_counts[r];
-      for (int t = 0; t < num_tiles(n, te); ++t) {
-        const Span s = tile_of(n, te, t);
-        const int64_t at = rofs[q][r] + s.begin;
-        b.step(q, 1, s.length, fin + r * T + t,
-               {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
-               {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
-      }
+    for (const Item& it : ex.receives) {
+      const Span s = ex.recv_span(it);
+      const int64_t at = ex.box_at[it.peer] + s.begin;
+      b.step(q, 1, s.length, fin + it.peer * T + it.tile,
+             {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
+             {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
     }
   }
   return std::move(p);
@@ -566,13 +544,13 @@ Plan plan_broadcast(std::span<const BroadcastArgs> all) {
     p.bytes(Buf::recv, r) = n * eb;
     if (n > 0) p.downloads.push_back({{r, Buf::recv, 0}, all[r].recv, n * eb});
   }
-  const int64_t te = tile_elems(n, p.elem);
-  const int T = num_tiles(n, te);
   const int landed = b.slots("broadcast.landed", 1);
-  for (int t = 0; t < T; ++t) {
-    const Span s = tile_of(n, te, t);
+  // The root's tiles go to every rank at once: one step per tile, a target per destination.
+  const BroadcastPlan sender(n, root, root, P, Tiling::gpu(), p.elem);
+  for (int t = 0; t < sender.tiles; ++t) {
+    const Span s = sender.span(t);
     std::vector<Target> dsts;
-    for (int q : remote_first(root, P))
+    for (int q : sender.order)
       dsts.push_back({{q, Buf::recv, s.begin * eb},
                       Access::raw,
                       0,
@@ -582,7 +560,8 @@ Plan plan_broadcast(std::span<const BroadcastArgs> all) {
            std::move(dsts));
   }
   for (int q = 0; q < P; ++q)
-    if (q != root) b.wait_all(q, 1, landed, static_cast<std::uint64_t>(T));
+    if (q != root)
+      b.wait_all(q, 1, landed, BroadcastPlan(n, root, q, P, Tiling::gpu(), p.elem).items.size());
   return std::move(p);
 }
 

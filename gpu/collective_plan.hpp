@@ -3,10 +3,11 @@
 // one persistent kernel of gpu/collectives.cpp deals out to the rank's blocks, each step reading
 // its sources element by element, folding them in the pinned order (docs/semantics.md,
 // "Collectives"), and writing its targets, with at most one wait before it and a signal per
-// target after it. The schedules are the emulator's (emu/collectives.cpp): per-tile slots,
-// remote peers first, scratch written once per call; except that an uncompressed reduction's
-// owner reads its peers' inputs in place (all ranks share one device, and the inputs are
-// uploaded before the launch), where the emulator puts them to the owner first.
+// target after it. The steps are a translation of the shared plans (detail/collective_plan.hpp:
+// tiles, owner parts, ring steps, chain order, exchanges, remote-first orders; Tiling::gpu), which
+// the emulator runs too, onto the device's buffers and slots; except that an
+// uncompressed reduction's owner reads its peers' inputs in place (all ranks share one device,
+// and the inputs are uploaded before the launch), where the emulator puts them to the owner first.
 //
 // Plain host code (no GPU types), built into fusedcoll_gpu and into the normal test suite, which
 // runs the plans on the CPU with the same step code as the kernel (gpu/collective_exec.hpp)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
+#include "fusedcoll/compression.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 
 namespace fusedcoll::detail::collective {
@@ -114,6 +115,24 @@ struct Parts {
   static Parts counts(const std::vector<std::int64_t>& counts);
 };
 
+/// Where a reduction's compressed wire encodes and decodes (docs/compression.md; the points of
+/// ref/compressed.cpp): every contribution that travels is encoded by its sender and decoded by
+/// its receiver, and the folds run in f32 on decoded values. OwnerPlan: each slice is encoded by
+/// its sender, the owner's own too (a round trip that never leaves it), and the owner decodes every
+/// row; with gather it encodes the finished tile once and every rank, itself included, decodes it.
+/// RingPlan and ChainPlan: the running value is encoded at every hop, the rank that finishes a
+/// tile encodes it once, and the way back forwards those bytes unchanged. ExchangePlan: every
+/// block, the own one included, is encoded by its sender and decoded by its receiver. Plain
+/// collectives move the dtype's bytes as they are.
+struct WireFold {
+  bool compressed = false;
+  bool predivide = false;  ///< avg with wire.predivide: each contribution is divided by P first
+  bool divide = false;     ///< the fold ends with avg's division by P
+  std::size_t elem = 0;    ///< bytes per element on the wire
+
+  static WireFold of(const CompressionOptions& wire, ReduceOp op, std::size_t dtype_elem);
+};
+
 /// One rank's share of an owner reduction, from the agreed parts alone:
 /// - `scatter`: its slice of every other owner's part, tile by tile, owners remote-first, each put
 ///   into row `me` of the owner's inbox;
@@ -176,8 +195,9 @@ struct RingPlan {
   int send_chunk(int s) const { return mod(me - 1 - s, P); }
   int recv_chunk(int s) const { return mod(me - 2 - s, P); }
   int gather_chunk(int g) const { return mod(me - g, P); }
-  /// Tile `t` of chunk `c`.
+  /// Tile `t` of chunk `c`, and the tiles chunk `c` has (at most `tiles`).
   Span span(int c, int t) const { return tile_of(parts.len[c], te, t); }
+  int tiles_of(int c) const { return num_tiles(parts.len[c], te); }
   /// Where step s's running value lands in its receiver's scratch: one region of the longest
   /// chunk per step, so that a fast sender never overwrites a value not yet folded.
   std::int64_t region_at(int s) const { return std::int64_t{s} * parts.max_len; }
@@ -262,6 +282,9 @@ struct ExchangePlan {
     const std::int64_t n = recv_len[it.peer];
     return tile_of(n, te(n), it.tile);
   }
+  /// Tiles of the block for q / from p.
+  int send_tiles(int q) const { return num_tiles(send_len[q], te(send_len[q])); }
+  int recv_tiles(int p) const { return num_tiles(recv_len[p], te(recv_len[p])); }
   /// The most tiles of one block: a backend's slot stride per source.
   int tiles() const { return num_tiles(longest(), te(longest())); }
   /// The longest block of the call, on any rank.
