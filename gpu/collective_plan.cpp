@@ -314,6 +314,29 @@ void ring_reduce(Builder& b, int64_t n, const Fold& f, Finish&& finish) {
   }
 }
 
+/// The receiving level of an exchange (ExchangePlan, both inboxes laid out like recv): compressed,
+/// every rank decodes each block's tiles from its stage as they arrive (slots `fin` + [source][tile],
+/// stride T); uncompressed they were stored into its recv, and it waits until all have landed.
+void receive_blocks(Builder& b, const std::vector<ExchangePlan>& plans, int landed, int fin, int T,
+                    int64_t we) {
+  Plan& p = b.plan();
+  const int64_t eb = static_cast<int64_t>(p.elem);
+  for (int q = 0; q < p.P; ++q) {
+    const ExchangePlan& ex = plans[q];
+    if (!p.compressed()) {
+      b.wait_all(q, 1, landed, ex.receives.size());
+      continue;
+    }
+    for (const Item& it : ex.receives) {
+      const Span s = ex.recv_span(it);
+      const int64_t at = ex.box_at[it.peer] + s.begin;
+      b.step(q, 1, s.length, fin + it.peer * T + it.tile,
+             {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
+             {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
+    }
+  }
+}
+
 }  // namespace
 
 Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
@@ -434,20 +457,7 @@ Plan plan_all_gather(std::span<const AllGatherArgs> all) {
              std::move(dsts));
     }
   }
-  for (int q = 0; q < P; ++q) {
-    const ExchangePlan& ex = plans[q];
-    if (!compressed) {
-      b.wait_all(q, 1, landed, ex.receives.size());
-      continue;
-    }
-    for (const Item& it : ex.receives) {
-      const Span s = ex.recv_span(it);
-      const int64_t at = ex.box_at[it.peer] + s.begin;
-      b.step(q, 1, s.length, fin + it.peer * T + it.tile,
-             {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
-             {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
-    }
-  }
+  receive_blocks(b, plans, landed, fin, T, we);
   return std::move(p);
 }
 
@@ -515,20 +525,7 @@ Plan plan_all_to_allv(std::span<const AllToAllvArgs> all) {
              {{{r, Buf::send, (sofs[r][q] + s.begin) * eb}, Access::raw, false, s.begin}}, {d});
     }
   }
-  for (int q = 0; q < P; ++q) {
-    const ExchangePlan& ex = plans[q];
-    if (!compressed) {
-      b.wait_all(q, 1, landed, ex.receives.size());
-      continue;
-    }
-    for (const Item& it : ex.receives) {
-      const Span s = ex.recv_span(it);
-      const int64_t at = ex.box_at[it.peer] + s.begin;
-      b.step(q, 1, s.length, fin + it.peer * T + it.tile,
-             {{{q, Buf::stage, at * we}, Access::wire, false, s.begin}},
-             {{{q, Buf::recv, at * eb}, Access::raw, s.begin}});
-    }
-  }
+  receive_blocks(b, plans, landed, fin, T, we);
   return std::move(p);
 }
 
