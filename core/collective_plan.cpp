@@ -61,6 +61,14 @@ OwnerPlan::OwnerPlan(Parts parts_in, int me_in, int P_in, const Tiling& tiling,
   for (int t = 0; t < num_tiles(parts.len[me], te); ++t) reduce.push_back({me, t});
 }
 
+std::vector<int> OwnerPlan::part_peers() const {
+  std::vector<int> peers;
+  if (!reduce.empty())
+    for (int q : order)
+      if (q != me) peers.push_back(q);
+  return peers;
+}
+
 RingPlan::RingPlan(std::int64_t count, int me_in, int P_in, const Tiling& tiling,
                    std::size_t tile_elem)
     : parts(Parts::chunks(count, P_in)),
@@ -93,6 +101,68 @@ ChainPlan::ChainPlan(std::int64_t count_in, int me_in, int P_in, const Tiling& t
   }
   for (int q : remote_first(me, P))
     if (q != me) result_to.push_back(q);
+}
+
+Topology::Topology(const std::vector<int>& host_of) {
+  const int P = static_cast<int>(host_of.size());
+  for (int r = 0; r < P; ++r) {
+    const int h = host_of[static_cast<std::size_t>(r)];
+    if (static_cast<int>(ranks.size()) <= h) ranks.resize(static_cast<std::size_t>(h) + 1);
+    ranks[h].push_back(r);
+    if (r == 0 || host_of[r - 1] != h) {
+      seg_first.push_back(r);
+      seg_last.push_back(r);
+      seg_host.push_back(h);
+    }
+    seg_last.back() = r;
+    seg_of.push_back(static_cast<int>(seg_first.size()) - 1);
+  }
+  for (const auto& on : ranks) max_local = std::max(max_local, static_cast<int>(on.size()));
+}
+
+bool Topology::chain_moves_less() const {
+  const int P = static_cast<int>(seg_of.size()), H = hosts(), S = segments();
+  if (H < 2) return false;
+  long chain = 0, flat = 0;
+  for (int h = 0; h < H; ++h) {
+    long out = 0;
+    for (int s = 0; s + 1 < S; ++s) out += seg_host[s] == h;
+    if (seg_host[S - 1] == h) out += H - 1;
+    const long L = static_cast<long>(ranks[h].size());
+    chain = std::max(chain, out * P);
+    flat = std::max(flat, 2 * L * (P - L));
+  }
+  return chain < flat;
+}
+
+SegmentChain::SegmentChain(const Topology& t, int me_in, std::int64_t count_in,
+                           std::size_t value_size, std::size_t wire_size)
+    : topo(&t),
+      me(me_in),
+      count(count_in),
+      seg(t.seg_of[me_in]),
+      first(t.seg_first[seg]),
+      L(t.seg_last[seg] - first + 1),
+      host(t.seg_host[seg]),
+      producer_host(t.seg_host[t.segments() - 1]) {
+  const auto total = count * static_cast<std::int64_t>(std::max(value_size, wire_size));
+  pieces = static_cast<int>(std::min<std::int64_t>(
+      count, std::max({std::int64_t{t.max_local}, ceil_div(total, kPieceBytes),
+                       std::min(kMinPieces, ceil_div(total, kMinPieceBytes))})));
+}
+
+std::vector<SegmentChain::Step> SegmentChain::steps() const {
+  std::vector<Step> out;
+  auto give = [&](int j) {
+    if (carrier(seg, j) != me) out.push_back({Op::give, j});
+  };
+  if (pieces > 0) give(0);
+  for (int j = 0; j < pieces + kLag; ++j) {
+    if (j + 1 < pieces) give(j + 1);
+    if (j < pieces && carrier(seg, j) == me) out.push_back({Op::carry, j});
+    if (j >= kLag && producer(j - kLag) != me) out.push_back({Op::finish, j - kLag});
+  }
+  return out;
 }
 
 ExchangePlan ExchangePlan::all_gather(const AllGatherArgs& mine, int me, int P) {

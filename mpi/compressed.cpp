@@ -1,4 +1,4 @@
-// The compressed-wire collectives on MPI (docs/compression.md): the schedules of collectives.cpp
+// The compressed-wire collectives on MPI (docs/compression.md): the plans of collectives.cpp
 // with encoded bytes in the puts. Every encode and decode happens at the point and element index
 // ref/compressed.cpp names, with the scales agreed from every rank's amax, so each rank's output
 // is ref/'s bit for bit. Encoding is element-wise (the scale depends on the element's index only),
@@ -21,6 +21,12 @@ namespace fusedcoll::mpi {
 namespace {
 
 using fusedcoll::detail::WirePlan;
+using fusedcoll::detail::collective::ExchangePlan;
+using fusedcoll::detail::collective::Item;
+using fusedcoll::detail::collective::OwnerPlan;
+using fusedcoll::detail::collective::Parts;
+using fusedcoll::detail::collective::RingPlan;
+using fusedcoll::detail::collective::Tiling;
 using std::int64_t;
 
 std::size_t wbytes(int64_t elems, const WirePlan& plan) {
@@ -104,35 +110,39 @@ WirePlan agree_plan(Runtime& rt, const CompressionOptions& wire, const std::vect
   return plan;
 }
 
-/// Every rank's contribution to part q (offsets `off`, lengths `len` of `y`) goes encoded to
+/// The owner reduction (`pl`, whole parts): every rank's contribution to part q goes encoded to
 /// owner q's inbox, row = sender; the owner decodes every row (its own included: its part is
 /// encoded into its staging area too) and folds them in rank order in f32, then divides for a
 /// non-predivided `avg`. `done(offset, n, acc)` receives each finished piece of this rank's part.
-/// Window: [ inbox: P rows of max(len) | staging: the whole of y ], from `base`.
+/// Window: [ the plan's inbox | staging: the whole of y ], from `base`.
 template <class Done>
 void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const float* y,
-                  const std::vector<int64_t>& off, const std::vector<int64_t>& len, ReduceOp op,
-                  const CompressionOptions& wire, const WirePlan& plan, Done&& done) {
+                  const OwnerPlan& pl, ReduceOp op, const CompressionOptions& wire,
+                  const WirePlan& plan, Done&& done) {
   const int P = rt.size(), me = rt.rank();
-  const int64_t maxc = *std::max_element(len.begin(), len.end());
-  const std::size_t inbox_at = base, stage_at = base + wbytes(maxc * P, plan);
+  const auto& off = pl.parts.off;
+  const auto& len = pl.parts.len;
+  const std::size_t inbox_at = base, stage_at = base + wbytes(pl.inbox_elems(), plan);
   const int in = rt.slots(key, P);
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(fbytes(off[P]), static_cast<std::size_t>(P));
+  // The scatter's parts, then this rank's own (encoded to be decoded by itself, as the others').
+  std::vector<int> encoded = peers_of(pl.scatter, me);
+  if (!pl.reduce.empty()) encoded.push_back(me);
+  const int n_enc = static_cast<int>(encoded.size());
+  const int grid = rt.grid_for_bytes(fbytes(pl.parts.total), static_cast<std::size_t>(n_enc));
   rt.launch(grid, [&](int w) {
-    for (int j = w; j < P; j += grid) {
-      const int q = order[j];
+    for (int j = w; j < n_enc; j += grid) {
+      const int q = encoded[j];
       char* enc = rt.data() + stage_at + wbytes(off[q], plan);
       {
         const Runtime::Span span(rt, "encode");
         fusedcoll::detail::wire_encode(plan, y + off[q], off[q], len[q], enc);
       }
       if (q == me) continue;
-      rt.put(q, inbox_at + wbytes(int64_t{me} * maxc, plan), enc, wbytes(len[q], plan));
+      rt.put(q, inbox_at + wbytes(pl.inbox_at(me), plan), enc, wbytes(len[q], plan));
       rt.signal(q, in + me);
     }
   });
-  wait_all_peers(rt, in, key.c_str());
+  wait_from(rt, in, pl.part_peers(), key.c_str());
   const int64_t first = off[me];
   const int divide = fusedcoll::detail::divides_after(op, wire) ? P : 0;
   const Runtime::Span span(rt, "fold");
@@ -143,20 +153,20 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
     for (int p = 0; p < P; ++p)
       rows[p] = {fusedcoll::detail::WireSource::Kind::wire,
                  p == me ? rt.data() + stage_at + wbytes(first + o, plan)
-                         : rt.data() + inbox_at + wbytes(int64_t{p} * maxc + o, plan)};
+                         : rt.data() + inbox_at + wbytes(pl.inbox_at(p) + o, plan)};
     // One fused pass (decode, fold, avg) instead of a decode and a reduce per row.
     fusedcoll::detail::wire_reduce(plan, op, rows, first + o, n, divide, nullptr, acc);
     done(o, n, acc);
   });
 }
 
-/// AllReduce's last phase: each owner's finished chunk, encoded once at its place in the gather
-/// area (`gather_at`, `count` wire elements), goes to every rank; every rank, the owner included,
-/// decodes every chunk into `recv`.
-void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const WirePlan& plan,
+/// AllReduce's last phase (the owner plan's gather): each owner's finished chunk, encoded once at
+/// its place in the gather area (`gather_at`, `count` wire elements), goes to every rank; every
+/// rank, the owner included, decodes every chunk into `recv`.
+void gather_encoded(Runtime& rt, std::size_t gather_at, const OwnerPlan& pl, const WirePlan& plan,
                     float* recv) {
   const int P = rt.size(), me = rt.rank();
-  const Chunk mine = chunk_of(count, P, me);
+  const auto& parts = pl.parts;
   const int out = rt.slots("all_reduce.wire.out", P);
   char* gathered = rt.data() + gather_at;
   const Topology t = topology(rt);
@@ -167,49 +177,43 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, int64_t count, const Wir
     const int fwd = rt.slots("all_reduce.wire.relay", P);
     const auto& host = rt.host_of();
     const int mine_h = host[me];
-    auto relay = [&](int h, int owner) {
-      const auto& on = t.ranks[h];
-      return on[static_cast<std::size_t>(owner) % on.size()];
-    };
-    auto put_chunk = [&](int q, const Chunk& ch, int slot) {
-      rt.put(q, gather_at + wbytes(ch.offset, plan), gathered + wbytes(ch.offset, plan),
-             wbytes(ch.length, plan));
+    auto put_chunk = [&](int q, int c, int slot) {
+      rt.put(q, gather_at + wbytes(parts.off[c], plan), gathered + wbytes(parts.off[c], plan),
+             wbytes(parts.len[c], plan));
       rt.signal(q, slot + me);
     };
-    for (int h = 0; h < static_cast<int>(t.ranks.size()); ++h)
-      if (h != mine_h) put_chunk(relay(h, me), mine, out);
+    for (int h = 0; h < t.hosts(); ++h)
+      if (h != mine_h) put_chunk(t.relay(h, me), me, out);
     for (int q : t.ranks[mine_h])
-      if (q != me) put_chunk(q, mine, out);
+      if (q != me) put_chunk(q, me, out);
     for (int p = 0; p < P; ++p) {
       if (p == me) continue;
-      const Chunk ch = chunk_of(count, P, p);
-      const bool direct = host[p] == mine_h || relay(mine_h, p) == me;
-      const int from = direct ? p : relay(mine_h, p);
+      const bool direct = host[p] == mine_h || t.relay(mine_h, p) == me;
+      const int from = direct ? p : t.relay(mine_h, p);
       const int slot = direct ? out : fwd;
       rt.wait(slot + from, rt.expect(slot + from, 1),
               detail::make_string("all_reduce.wire chunk ", p, direct ? " out[" : " relay[",
                                   from, "]"));
       if (direct && host[p] != mine_h)
         for (int q : t.ranks[mine_h])
-          if (q != me) put_chunk(q, ch, fwd);
+          if (q != me) put_chunk(q, p, fwd);
       const Runtime::Span span(rt, "decode");
-      for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
-        fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan),
-                                       ch.offset + o, n, recv + ch.offset + o);
+      for_pieces(rt, parts.len[p], [&](int64_t o, int64_t n) {
+        fusedcoll::detail::wire_decode(plan, gathered + wbytes(parts.off[p] + o, plan),
+                                       parts.off[p] + o, n, recv + parts.off[p] + o);
       });
     }
     return;
   }
-  put_to_all(rt, gather_at + wbytes(mine.offset, plan), gathered + wbytes(mine.offset, plan),
-             wbytes(mine.length, plan), out);
-  for (int p : remote_first(me, P)) {
-    if (p == me) continue;
+  put_to(rt, pl.part_peers(), gather_at + wbytes(parts.off[me], plan),
+         gathered + wbytes(parts.off[me], plan), wbytes(parts.len[me], plan), out);
+  for (const Item& it : pl.collect) {
+    const int p = it.peer;
     rt.wait(out + p, rt.expect(out + p, 1), detail::make_string("all_reduce.wire.out[", p, "]"));
-    const Chunk ch = chunk_of(count, P, p);
     const Runtime::Span span(rt, "decode");
-    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
-      fusedcoll::detail::wire_decode(plan, gathered + wbytes(ch.offset + o, plan), ch.offset + o,
-                                     n, recv + ch.offset + o);
+    for_pieces(rt, parts.len[p], [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, gathered + wbytes(parts.off[p] + o, plan),
+                                     parts.off[p] + o, n, recv + parts.off[p] + o);
     });
   }
 }
@@ -226,22 +230,17 @@ void finish_piece(Runtime& rt, std::size_t gather_at, const WirePlan& plan, int6
 
 void all_reduce_direct_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
                             const WirePlan& plan) {
-  const int P = rt.size(), me = rt.rank();
-  std::vector<int64_t> off(P + 1, 0), len(P);
-  for (int c = 0; c < P; ++c) {
-    const Chunk ch = chunk_of(a.count, P, c);
-    off[c] = ch.offset;
-    len[c] = ch.length;
-  }
-  off[P] = a.count;
-  // [ gather: count | inbox: P x maxc | staging: count ]
-  rt.reserve(wbytes(a.count + len[0] * P + a.count, plan));
+  const int me = rt.rank();
+  const OwnerPlan pl(Parts::chunks(a.count, rt.size()), me, rt.size(), Tiling::segments(),
+                     sizeof(float), /*gather=*/true);
+  // [ gather: count | the plan's inbox | staging: count ]
+  rt.reserve(wbytes(a.count + pl.inbox_elems() + a.count, plan));
   auto* recv = static_cast<float*>(a.recv);
-  owner_reduce(rt, "all_reduce.direct.wire.in", wbytes(a.count, plan), y, off, len, a.op, a.wire,
-               plan, [&](int64_t o, int64_t n, const float* acc) {
-                 finish_piece(rt, 0, plan, off[me] + o, n, acc, recv);
+  owner_reduce(rt, "all_reduce.direct.wire.in", wbytes(a.count, plan), y, pl, a.op, a.wire, plan,
+               [&](int64_t o, int64_t n, const float* acc) {
+                 finish_piece(rt, 0, plan, pl.parts.off[me] + o, n, acc, recv);
                });
-  gather_encoded(rt, 0, a.count, plan, recv);
+  gather_encoded(rt, 0, pl, plan, recv);
 }
 
 /// The ring fold of ref/compressed.cpp: chunk c's running value leaves rank c + 1 encoded; each
@@ -250,34 +249,34 @@ void all_reduce_direct_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
 void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
                           const WirePlan& plan) {
   const int P = rt.size(), me = rt.rank();
-  const int next = (me + 1) % P, prev = (me + P - 1) % P;
-  const int64_t maxc = chunk_of(a.count, P, 0).length;
-  // [ gather: count | one mailbox per step: (P - 1) x maxc | staging: maxc ]
+  const RingPlan ring(a.count, me, P, Tiling::segments(), sizeof(float));
+  const Parts& parts = ring.parts;
+  // [ gather: count | one mailbox per step: the plan's regions | staging: the longest chunk ]
   const std::size_t gather_at = 0, step_at = wbytes(a.count, plan),
-                    stage_at = step_at + wbytes(maxc * (P - 1), plan);
-  rt.reserve(stage_at + wbytes(maxc, plan));
+                    stage_at = step_at + wbytes(ring.regions_elems(), plan);
+  rt.reserve(stage_at + wbytes(parts.max_len, plan));
   const int step = rt.slots("all_reduce.ring.wire", P - 1);
   auto* recv = static_cast<float*>(a.recv);
   char* stage = rt.data() + stage_at;
   {
-    const Chunk ch = chunk_of(a.count, P, prev);
+    const int c = ring.send_chunk(0);
     const Runtime::Span span(rt, "encode");
-    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
-      fusedcoll::detail::wire_encode(plan, y + ch.offset + o, ch.offset + o, n,
+    for_pieces(rt, parts.len[c], [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_encode(plan, y + parts.off[c] + o, parts.off[c] + o, n,
                                      stage + wbytes(o, plan));
     });
-    rt.put(next, step_at, stage, wbytes(ch.length, plan));
-    rt.signal(next, step + 0);
+    rt.put(ring.next, step_at, stage, wbytes(parts.len[c], plan));
+    rt.signal(ring.next, step + 0);
   }
-  for (int s = 0; s + 1 < P; ++s) {
-    const Chunk ch = chunk_of(a.count, P, ((me - 2 - s) % P + 2 * P) % P);
-    const bool last = s + 2 == P;
+  for (int s = 0; s < ring.steps; ++s) {
+    const int c = ring.recv_chunk(s);
+    const bool last = s + 1 == ring.steps;
     rt.wait(step + s, rt.expect(step + s, 1),
-            detail::make_string("all_reduce.ring.wire step ", s, " from rank ", prev));
-    const char* got = rt.data() + step_at + wbytes(maxc * s, plan);
+            detail::make_string("all_reduce.ring.wire step ", s, " from rank ", ring.prev));
+    const char* got = rt.data() + step_at + wbytes(ring.region_at(s), plan);
     const Runtime::Span span(rt, "fold");
-    for_pieces(rt, ch.length, [&](int64_t o, int64_t n) {
-      const int64_t at = ch.offset + o;
+    for_pieces(rt, parts.len[c], [&](int64_t o, int64_t n) {
+      const int64_t at = parts.off[c] + o;
       float* acc = piece_buffer(0, n);
       // Decode, add the own value and (last step) divide in one pass; re-encode for the next rank
       // or finish the chunk.
@@ -290,11 +289,14 @@ void all_reduce_ring_wire(Runtime& rt, const AllReduceArgs& a, const float* y,
       if (last) finish_piece(rt, gather_at, plan, at, n, acc, recv);
     });
     if (!last) {
-      rt.put(next, step_at + wbytes(maxc * (s + 1), plan), stage, wbytes(ch.length, plan));
-      rt.signal(next, step + s + 1);
+      rt.put(ring.next, step_at + wbytes(ring.region_at(s + 1), plan), stage,
+             wbytes(parts.len[c], plan));
+      rt.signal(ring.next, step + s + 1);
     }
   }
-  gather_encoded(rt, gather_at, a.count, plan, recv);
+  gather_encoded(rt, gather_at,
+                 OwnerPlan(parts, me, P, Tiling::segments(), sizeof(float), /*gather=*/true), plan,
+                 recv);
 }
 
 /// The chain fold of ref/compressed.cpp on the chain of host segments (collectives.cpp,
@@ -374,8 +376,9 @@ void all_reduce_wire(Runtime& rt, const AllReduceArgs& args) {
 
 void reduce_scatter_wire(Runtime& rt, const ReduceScatterArgs& args) {
   const int P = rt.size(), me = rt.rank();
-  const std::vector<int64_t> off = offsets_of(args.recv_counts);
-  const int64_t total = off[P];
+  const OwnerPlan pl(Parts::counts(args.recv_counts), me, P, Tiling::segments(), sizeof(float),
+                     /*gather=*/false);
+  const int64_t total = pl.parts.total;
   // In place for ReduceScatter means recv inside send: compare by overlap, not equality.
   const auto* send = static_cast<const float*>(args.send);
   auto* recv = static_cast<float*>(args.recv);
@@ -386,9 +389,8 @@ void reduce_scatter_wire(Runtime& rt, const ReduceScatterArgs& args) {
   const WirePlan plan = agree_plan(rt, args.wire, {{y, 0, total}}, total,
                                    fusedcoll::detail::reduction_headroom(args.op, P));
   if (total == 0) return;
-  const int64_t maxc = *std::max_element(args.recv_counts.begin(), args.recv_counts.end());
-  rt.reserve(wbytes(maxc * P + total, plan));
-  owner_reduce(rt, "reduce_scatter.wire.in", 0, y, off, args.recv_counts, args.op, args.wire, plan,
+  rt.reserve(wbytes(pl.inbox_elems() + total, plan));
+  owner_reduce(rt, "reduce_scatter.wire.in", 0, y, pl, args.op, args.wire, plan,
                [&](int64_t o, int64_t n, const float* acc) {
                  copy_bytes(recv + o, acc, fbytes(n));
                });
@@ -396,29 +398,35 @@ void reduce_scatter_wire(Runtime& rt, const ReduceScatterArgs& args) {
 
 void all_gather_wire(Runtime& rt, const AllGatherArgs& args) {
   const int P = rt.size(), me = rt.rank();
-  const std::vector<int64_t> off = offsets_of(args.recv_counts);
+  ExchangePlan ex = ExchangePlan::all_gather(args, me, P);
+  ex.tile(Tiling::segments(), sizeof(float));
+  const auto& off = ex.recv_at;  // the window is laid out like recv
   const int64_t n_me = args.recv_counts[me];
   const auto* send = static_cast<const float*>(args.send);
   auto* recv = static_cast<float*>(args.recv);
-  const int64_t longest = *std::max_element(args.recv_counts.begin(), args.recv_counts.end());
   // Block indices restart at 0 in every rank's contribution.
-  const WirePlan plan = agree_plan(rt, args.wire, {{send, 0, n_me}}, longest, 1.0f);
-  if (off[P] == 0) return;
-  rt.reserve(wbytes(off[P], plan));
+  const WirePlan plan = agree_plan(rt, args.wire, {{send, 0, n_me}}, ex.longest(), 1.0f);
+  if (ex.inbox == 0) return;
+  rt.reserve(wbytes(ex.inbox, plan));
   const int slot = rt.slots("all_gather.wire", P);
   char* box = rt.data();
   // Encoded before anything is decoded into recv, which an in-place send lies inside.
   for_pieces(rt, n_me, [&](int64_t o, int64_t n) {
     fusedcoll::detail::wire_encode(plan, send + o, o, n, box + wbytes(off[me] + o, plan));
   });
-  if (P > 1) put_to_all(rt, wbytes(off[me], plan), box + wbytes(off[me], plan), wbytes(n_me, plan), slot);
-  for (int p : remote_first(me, P)) {
-    if (p != me)
-      rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_gather.wire[", p, "]"));
+  put_to(rt, peers_of(ex.sends, me), wbytes(ex.put_at[me], plan), box + wbytes(off[me], plan),
+         wbytes(n_me, plan), slot);
+  auto decode = [&](int p) {
     for_pieces(rt, args.recv_counts[p], [&](int64_t o, int64_t n) {
-      fusedcoll::detail::wire_decode(plan, box + wbytes(off[p] + o, plan), o, n, recv + off[p] + o);
+      fusedcoll::detail::wire_decode(plan, box + wbytes(ex.box_at[p] + o, plan), o, n,
+                                     recv + off[p] + o);
     });
+  };
+  for (int p : peers_of(ex.receives, me)) {
+    rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_gather.wire[", p, "]"));
+    decode(p);
   }
+  decode(me);
 }
 
 void all_to_allv_wire(Runtime& rt, const AllToAllvArgs& args,
@@ -426,47 +434,46 @@ void all_to_allv_wire(Runtime& rt, const AllToAllvArgs& args,
   const int P = rt.size(), me = rt.rank();
   const auto* send = static_cast<const float*>(args.send);
   auto* recv = static_cast<float*>(args.recv);
-  // Window: [ inbox: the largest receive area of any rank | staging: the largest send total ].
-  int64_t inbox = 0, staging = 0, longest = 0;
-  for (int q = 0; q < P; ++q) {
-    inbox = std::max(inbox, offsets_of(all[q].recv_counts)[P]);
-    staging = std::max(staging, offsets_of(all[q].send_counts)[P]);
-    for (int64_t n : all[q].send_counts) longest = std::max(longest, n);
-  }
+  ExchangePlan ex = ExchangePlan::all_to_allv(
+      args, me, P, [&](int q) -> const std::vector<int64_t>& { return all[q].recv_counts; });
+  ex.tile(Tiling::segments(), sizeof(float));
+  // Window: [ the plan's inbox | staging: the largest send total ].
+  int64_t staging = 0;
+  for (int q = 0; q < P; ++q) staging = std::max(staging, offsets_of(all[q].send_counts)[P]);
   std::vector<Run> runs;
   for (int q = 0; q < P; ++q)
     runs.push_back({send + args.send_displs[q], 0, args.send_counts[q]});
   // Block indices restart at 0 in every segment.
-  const WirePlan plan = agree_plan(rt, args.wire, runs, longest, 1.0f);
-  if (inbox == 0) return;
-  rt.reserve(wbytes(inbox + staging, plan));
+  const WirePlan plan = agree_plan(rt, args.wire, runs, ex.longest(), 1.0f);
+  if (ex.inbox == 0) return;
+  rt.reserve(wbytes(ex.inbox + staging, plan));
   const int slot = rt.slots("all_to_allv.wire", P);
   const std::vector<int64_t> sent_at = offsets_of(args.send_counts);
-  const std::vector<int64_t> mine = offsets_of(args.recv_counts);
-  char* stage = rt.data() + wbytes(inbox, plan);
-  const std::vector<int> order = remote_first(me, P);
-  const int grid = rt.grid_for_bytes(fbytes(sent_at[P]), static_cast<std::size_t>(P));
+  char* stage = rt.data() + wbytes(ex.inbox, plan);
+  const int n_sends = static_cast<int>(ex.sends.size());
+  const int grid = rt.grid_for_bytes(fbytes(sent_at[P]), static_cast<std::size_t>(n_sends));
   rt.launch(grid, [&](int w) {
-    for (int j = w; j < P; j += grid) {
-      const int q = order[j];
-      const int64_t n = args.send_counts[q];
+    for (int j = w; j < n_sends; j += grid) {
+      const int q = ex.sends[j].peer;
+      const int64_t n = ex.send_len[q];
       char* enc = stage + wbytes(sent_at[q], plan);
-      fusedcoll::detail::wire_encode(plan, send + args.send_displs[q], 0, n, enc);
+      fusedcoll::detail::wire_encode(plan, send + ex.send_at[q], 0, n, enc);
       if (q == me) {
-        fusedcoll::detail::wire_decode(plan, enc, 0, n, recv + args.recv_displs[me]);
+        fusedcoll::detail::wire_decode(plan, enc, 0, n, recv + ex.recv_at[me]);
         continue;
       }
-      rt.put(q, wbytes(offsets_of(all[q].recv_counts)[me], plan), enc, wbytes(n, plan));
+      rt.put(q, wbytes(ex.put_at[q], plan), enc, wbytes(n, plan));
       rt.signal(q, slot + me);
     }
   });
-  // Each segment is decoded as soon as it has landed, in the order the peers send to us.
-  for (int j = P - 2; j >= 0; --j) {
-    const int p = order[j];
-    rt.wait(slot + p, rt.expect(slot + p, 1), detail::make_string("all_to_allv.wire[", p, "]"));
-    for_pieces(rt, args.recv_counts[p], [&](int64_t o, int64_t n) {
-      fusedcoll::detail::wire_decode(plan, rt.data() + wbytes(mine[p] + o, plan), o, n,
-                                     recv + args.recv_displs[p] + o);
+  // Each segment is decoded as soon as it has landed, in the order the peers send to us (the
+  // receives' order reversed: rank me - 1 sends to us first).
+  const std::vector<int> from = peers_of(ex.receives, me);
+  for (auto p = from.rbegin(); p != from.rend(); ++p) {
+    rt.wait(slot + *p, rt.expect(slot + *p, 1), detail::make_string("all_to_allv.wire[", *p, "]"));
+    for_pieces(rt, ex.recv_len[*p], [&](int64_t o, int64_t n) {
+      fusedcoll::detail::wire_decode(plan, rt.data() + wbytes(ex.box_at[*p] + o, plan), o, n,
+                                     recv + ex.recv_at[*p] + o);
     });
   }
 }

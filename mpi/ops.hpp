@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fusedcoll/communicator.hpp"
+#include "fusedcoll/detail/collective_plan.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "mpi/runtime.hpp"
 #include "fusedcoll/detail/validate.hpp"
@@ -263,37 +264,40 @@ inline void copy_bytes(void* dst, const void* src, std::size_t n) {
 /// Elements folded per workgroup: the fold is element-wise, so pieces split it freely.
 constexpr std::int64_t kFoldPiece = 1 << 15;
 
-/// `put(q)` issues this rank's puts to peer q; then `slot + me` is signalled on q. Peers go in
-/// communication-aware order, spread over the workgroups when `bytes` (the total) is worth
-/// waking them for; a single workgroup signals every peer after its last put with one pair of
-/// MPI_Win_flush_all calls instead of two flushes per peer (each a trip through Open MPI's
-/// progress loop, which yields the core when ranks outnumber cores).
+/// `put(q)` issues this rank's puts to each of `peers` (in the plan's communication-aware
+/// order); then `slot + me` is signalled on q. Peers are spread over the workgroups when `bytes`
+/// (the total) is worth waking them for; a single workgroup signals every peer after its last put
+/// with one pair of MPI_Win_flush_all calls instead of two flushes per peer (each a trip through
+/// Open MPI's progress loop, which yields the core when ranks outnumber cores).
 template <class Put>
-void put_each(Runtime& rt, std::size_t bytes, int slot, Put&& put) {
-  const int P = rt.size(), me = rt.rank();
-  if (P == 1) return;
-  std::vector<int> order = remote_first(me, P);
-  order.pop_back();  // this rank
-  const int grid = rt.grid_for_bytes(bytes, static_cast<std::size_t>(P - 1));
+void put_each(Runtime& rt, std::size_t bytes, int slot, const std::vector<int>& peers, Put&& put) {
+  const int me = rt.rank(), n = static_cast<int>(peers.size());
+  if (n == 0) return;
+  const int grid = rt.grid_for_bytes(bytes, static_cast<std::size_t>(n));
   if (grid == 1) {
-    for (int q : order) put(q);
-    rt.signal_all(order, slot + me);
+    for (int q : peers) put(q);
+    rt.signal_all(peers, slot + me);
     return;
   }
   rt.launch(grid, [&](int w) {
-    for (int j = w; j < P - 1; j += grid) {
-      put(order[j]);
-      rt.signal(order[j], slot + me);
+    for (int j = w; j < n; j += grid) {
+      put(peers[j]);
+      rt.signal(peers[j], slot + me);
     }
   });
 }
 
-/// Puts `bytes` at `src` into region offset `offset` of every other rank and signals `slot + me`
+/// Puts `bytes` at `src` into region offset `offset` of each of `peers` and signals `slot + me`
 /// there (put_each).
-void put_to_all(Runtime& rt, std::size_t offset, const void* src, std::size_t bytes, int slot);
+void put_to(Runtime& rt, const std::vector<int>& peers, std::size_t offset, const void* src,
+            std::size_t bytes, int slot);
 
-/// Waits for one signal on `slot + p` from every other rank p.
-void wait_all_peers(Runtime& rt, int slot, const char* what);
+/// Waits for one signal on `slot + p` from each of `peers`.
+void wait_from(Runtime& rt, int slot, const std::vector<int>& peers, const char* what);
+
+/// The peers of a whole-segment plan's items (Tiling::segments: one item per peer), in the plan's
+/// order, this rank left out.
+std::vector<int> peers_of(const std::vector<detail::collective::Item>& items, int me);
 
 /// Offsets of `counts` laid end to end (`counts.size() + 1` entries).
 std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
@@ -303,18 +307,9 @@ std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
 void fold_rank_order(Runtime& rt, void* acc, std::int64_t count, DType dtype, ReduceOp op,
                      const std::function<const void*(int)>& v);
 
-/// The host structure of the communicator, as the collectives' schedules use it (docs/mpi.md,
-/// "Across hosts"): derived from `Runtime::host_of`, the same on every rank.
-struct Topology {
-  /// Per host, its ranks in increasing order.
-  std::vector<std::vector<int>> ranks;
-  /// Segments: maximal runs of consecutive ranks on one host, in rank order.
-  std::vector<int> seg_first, seg_last, seg_host;
-  /// Per rank, its segment.
-  std::vector<int> seg_of;
-  /// The most ranks on one host.
-  int max_local = 1;
-};
+/// The host structure of the communicator (detail/collective_plan.hpp), from
+/// `Runtime::host_of`: the same on every rank.
+using detail::collective::Topology;
 Topology topology(const Runtime& rt);
 
 /// Whether the direct AllReduce runs as a chain of host segments: FUSEDCOLL_MPI_HIERARCHY, or by

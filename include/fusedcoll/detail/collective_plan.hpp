@@ -52,26 +52,31 @@ struct Tiling {
   int spread = 1;
   std::int64_t min_bytes = kTileBytes;
   int max_tiles = 64;  ///< the most tiles of one segment: a backend's slot stride per segment
+  bool whole = false;  ///< every segment is one tile
 
   /// Elements per tile of a segment of `len` elements of `elem` bytes.
   std::int64_t elems(std::int64_t len, std::size_t elem) const {
+    if (whole) return std::max<std::int64_t>(len, 1);
     return tile_elems(len, elem, spread, min_bytes, max_tiles);
   }
 
   /// Host threads (the emulator on the wall clock, `workers` compute units): a work item costs far
   /// more than a GPU workgroup, so tiles stay 64 KiB (at most 64 per segment, larger beyond).
-  static Tiling threads(int workers) { return {workers, kTileBytes, 64}; }
+  static Tiling threads(int workers) { return {workers, kTileBytes, 64, false}; }
   /// A GPU's `resident` workgroups (the emulator in virtual time, the simulator): a segment is
   /// spread over them in tiles down to 4 KiB (up to max_tiles_of(ranks) of them), so that
   /// a small chunk's fold runs on many compute units and large ones pipeline, as a GPU collective
   /// does.
   static Tiling device(int resident, int ranks) {
-    return {resident, kGpuMinTileBytes, max_tiles_of(ranks)};
+    return {resident, kGpuMinTileBytes, max_tiles_of(ranks), false};
   }
   /// The GPU backend (gpu/): every segment spread over kGpuTiles tiles of 4 to 64 KiB, so that a
   /// small call still keeps many blocks busy.
   static constexpr int kGpuTiles = 64;
-  static Tiling gpu() { return {kGpuTiles, kGpuMinTileBytes, kGpuTiles}; }
+  static Tiling gpu() { return {kGpuTiles, kGpuMinTileBytes, kGpuTiles, false}; }
+  /// One tile per segment (the MPI backend: a segment is one put, and what arrives is folded or
+  /// copied in pieces spread over the workgroups afterwards).
+  static Tiling segments() { return {1, kTileBytes, 1, true}; }
 };
 
 /// Number of tiles of a segment of `len` elements (0 for an empty one).
@@ -158,6 +163,9 @@ struct OwnerPlan {
   Span span(const Item& it) const { return tile_of(parts.len[it.peer], te, it.tile); }
   /// Where the tile of `it` starts in the whole buffer, in elements.
   std::int64_t at(const Item& it) const { return parts.off[it.peer] + span(it).begin; }
+  /// The other ranks, remote first, when this rank's part has elements: each sends it a slice
+  /// and, with gather, receives its finished part; none otherwise.
+  std::vector<int> part_peers() const;
   /// Signals a reduce tile's slot gets per call: one from every other rank.
   std::uint64_t in_signals() const { return static_cast<std::uint64_t>(P - 1); }
   /// The inbox, where the contributions to part `me` land: row p (from source p) at p * max_len.
@@ -232,6 +240,92 @@ struct ChainPlan {
   bool first() const { return me == 0; }
   bool last() const { return me == P - 1; }
   Span span(int t) const { return tile_of(count, te, t); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Across hosts (docs/mpi.md, "Across hosts"): the chain of host segments and the relayed gather,
+// which cross each host boundary once per element where the flat schedules cross it per rank.
+
+/// The host structure of a communicator (host_of[r]: rank r's host, numbered 0, 1, ...), as the
+/// schedules use it; the same on every rank.
+struct Topology {
+  explicit Topology(const std::vector<int>& host_of);
+
+  std::vector<std::vector<int>> ranks;  ///< per host, its ranks in increasing order
+  /// Segments: maximal runs of consecutive ranks on one host, in rank order.
+  std::vector<int> seg_first, seg_last, seg_host;
+  std::vector<int> seg_of;  ///< per rank, its segment
+  int max_local = 1;        ///< the most ranks on one host
+
+  int hosts() const { return static_cast<int>(ranks.size()); }
+  int segments() const { return static_cast<int>(seg_first.size()); }
+  /// The rank of `host` that relays item `j` (a piece, an owner's chunk) to the host's other
+  /// ranks: the items are dealt round-robin over its ranks.
+  int relay(int host, int j) const {
+    const auto& on = ranks[static_cast<std::size_t>(host)];
+    return on[static_cast<std::size_t>(j) % on.size()];
+  }
+  /// Whether the AllReduce as a chain of segments moves less over the busiest host link than the
+  /// flat (direct) schedule: in units of N / P leaving each host, the chain sends a running value
+  /// per segment boundary it starts, and the producer's host the result to every other host; the
+  /// direct one sends L (P - L) / P of N into owners elsewhere, and as much back in its gather.
+  bool chain_moves_less() const;
+};
+
+/// One rank's AllReduce as a chain of host segments. The buffer is cut into `pieces` pieces;
+/// piece j's running value starts at segment 0 and crosses the segments in rank order, each
+/// folding in its ranks' values in rank order, so every element is folded in rank order. In
+/// segment k, piece j is carried by carrier(k, j) (dealt round-robin over the segment's ranks),
+/// to which the segment's other ranks give their values of j (`row` in its window). The last
+/// segment's carrier (the producer) sends the finished piece to every rank on its host and to
+/// relay(h, j) on every other host h, which forwards it to its host's ranks: so each finished
+/// piece crosses into a host once, and a running value crosses each segment boundary once (with
+/// two hosts in blocks, ~N wire bytes per link direction each way, where the flat schedule sends
+/// ~2N). Pieces pipeline (`steps`): a rank carries piece j, then finishes (receives, relays,
+/// delivers) piece j - kLag, so the chain never waits for the way back.
+struct SegmentChain {
+  /// Values of `value_size` bytes (a rank's own, given to its carrier) and `wire_size` (a running
+  /// value and a finished piece).
+  SegmentChain(const Topology& t, int me, std::int64_t count, std::size_t value_size,
+               std::size_t wire_size);
+
+  /// Pieces of at most 1 MiB, and at least kMinPieces of at least 256 KiB each where the buffer
+  /// allows: the way back starts only when the first piece is finished, so a buffer of a few
+  /// pieces pays the pipeline's fill (4 MiB in 4 pieces took 1.47x MPI_Allreduce at 1 Gbit/s).
+  /// Sized by the larger of the value and wire widths: compressed pieces cut by wire bytes held
+  /// 4 MiB of f32 each in fp8, and the longer fill made 64 MiB at 1 Gbit/s 175 ms, not 154-164.
+  static constexpr std::int64_t kPieceBytes = std::int64_t{1} << 20;
+  static constexpr std::int64_t kMinPieceBytes = 256 << 10;
+  static constexpr std::int64_t kMinPieces = 16;
+  static constexpr int kLag = 4;
+
+  const Topology* topo;
+  int me = 0;
+  std::int64_t count = 0;
+  int pieces = 0;
+  int seg = 0;           ///< this rank's segment
+  int first = 0, L = 1;  ///< its first rank and its number of ranks
+  int host = 0, producer_host = 0;
+
+  Chunk piece(int j) const { return chunk_of(count, pieces, j); }
+  int carrier(int segment, int j) const {
+    return topo->seg_first[segment] + j % (topo->seg_last[segment] - topo->seg_first[segment] + 1);
+  }
+  int producer(int j) const { return carrier(topo->segments() - 1, j); }
+  bool last_segment() const { return seg + 1 == topo->segments(); }
+  /// Row of segment mate m's values in carrier c's window (c's own value never travels), and the
+  /// rows a window holds.
+  std::int64_t row(int m, int c) const { return m < c ? m - first : m - first - 1; }
+  std::int64_t rows() const { return std::max(topo->max_local - 1, 1); }
+
+  /// This rank's work, in order: give its value of a piece to the piece's carrier (when it is not
+  /// the carrier), carry a piece (when it is), finish a piece (when it is not its producer).
+  enum class Op { give, carry, finish };
+  struct Step {
+    Op op;
+    int piece;
+  };
+  std::vector<Step> steps() const;
 };
 
 // ---------------------------------------------------------------------------------------------
