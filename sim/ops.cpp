@@ -285,33 +285,24 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     Kernel k1(c, p.tiles.size());
     for (const Tile& t : p.tiles) k1.claim(cost(t));
     prog.push_back(compute_step("gemv_allreduce", k1.seconds()));
-    // The direct AllReduce of the m x n partial: part q = chunk_of(m n, P, q) to its owner in
-    // tiles of te elements; the owner folds each tile (copy + P - 1 reductions), puts it to every
-    // rank and copies it into place; every rank copies the other parts out of scratch.
-    const std::int64_t count = p.m * p.n;
-    std::vector<std::int64_t> len(static_cast<std::size_t>(P));
-    for (int q = 0; q < P; ++q) len[static_cast<std::size_t>(q)] = chunk_of(count, P, q).length;
-    const std::int64_t max_len = *std::max_element(len.begin(), len.end());
-    // Tiled as the emulator's collectives tile in virtual time (emu/collectives.hpp, Tiling).
-    const std::int64_t te = detail::collective::Tiling::device(
-        c.preset.device.resident_wgs_per_cu * cus(c), P).elems(max_len, 4);
-    auto ntiles = [&](std::int64_t l) { return (l + te - 1) / te; };
-    std::size_t scatter = 0, collect = 0;
-    for (int q = 0; q < P; ++q)
-      if (q != me) {
-        scatter += static_cast<std::size_t>(ntiles(len[static_cast<std::size_t>(q)]));
-        collect += static_cast<std::size_t>(ntiles(len[static_cast<std::size_t>(q)]));
-      }
+    // The direct AllReduce of the m x n partial (emu/collectives.cpp, its owner plan tiled as the
+    // emulator tiles in virtual time): part q = chunk_of(m n, P, q) to its owner in tiles; the
+    // owner folds each tile (copy + P - 1 reductions), puts it to every rank and copies it into
+    // place; every rank copies the other parts out of scratch.
+    const detail::collective::OwnerPlan op(
+        detail::collective::Parts::chunks(p.m * p.n, P), me, P,
+        detail::collective::Tiling::device(c.preset.device.resident_wgs_per_cu * cus(c), P), 4,
+        /*gather=*/true);
+    const auto& len = op.parts.len;
     const std::int64_t mine = len[static_cast<std::size_t>(me)];
-    const auto reduce_n = static_cast<std::size_t>(ntiles(mine));
-    const std::size_t items = std::max({scatter, reduce_n, collect});
+    const std::size_t items = op.most_items();
     Step rs = exchange_step("gemv_allreduce");
     rs.seconds = launch(c);
     for (int q = 0; q < P; ++q)
       if (q != me && len[static_cast<std::size_t>(q)] > 0) rs.sends.push_back({launch(c), q, len[static_cast<std::size_t>(q)] * 4});
     Kernel red(c, items);
-    for (std::size_t i = 0; i < reduce_n; ++i) {
-      const std::int64_t n = std::min(te, mine - static_cast<std::int64_t>(i) * te);
+    for (std::size_t i = 0; i < op.reduce.size(); ++i) {
+      const std::int64_t n = op.span(op.reduce[i]).length;
       red.deal(i, secs(c, model::copy(n * 4)) + secs(c, model::reduce(n * (P - 1))) +
                       secs(c, model::copy(n * 4)));
     }
@@ -321,13 +312,8 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (int q = 0; q < P; ++q)
       if (q != me && mine > 0) ag.sends.push_back({0.0, q, mine * 4});
     Kernel col(c, items);
-    std::size_t i = 0;
-    for (int q : detail::remote_first(me, P)) {
-      if (q == me) continue;
-      for (std::int64_t t0 = 0; t0 < len[static_cast<std::size_t>(q)]; t0 += te)
-        col.deal(i++,
-                 secs(c, model::copy(std::min(te, len[static_cast<std::size_t>(q)] - t0) * 4)));
-    }
+    for (std::size_t i = 0; i < op.collect.size(); ++i)
+      col.deal(i, secs(c, model::copy(op.span(op.collect[i]).length * 4)));
     ag.after = col.makespan();
     prog.push_back(std::move(ag));
     return prog;
