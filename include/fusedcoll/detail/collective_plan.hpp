@@ -1,11 +1,15 @@
 #pragma once
 /// @file
-/// The collectives' plan, the one schedule every backend runs (emu/, mpi/, gpu/, and the
-/// simulator): how a call's buffer is cut into tiles, all from the agreed arguments alone, so that
-/// a sender and its receiver cut a segment alike without being told. Tiles are sets of whole
-/// elements and never split a reduction, so the tiling never changes a bit (docs/semantics.md,
-/// "Collectives"). The plan holds no backend types: a backend maps its tiles onto its own work
-/// items, slots and buffers.
+/// The collectives' plans, the one schedule of each collective that every backend runs (emu/,
+/// mpi/, gpu/) and the simulator prices: how a call's buffer is cut into owner parts and tiles,
+/// which (peer, tile) items each rank sends, folds and receives and in which order (remote peers
+/// first), the ring's steps, the chain's order (in rank order, and across hosts), the exchanges'
+/// layouts, where a compressed wire encodes and decodes, and how many signals each of a rank's
+/// slots gets per call. All of it follows from the agreed arguments alone, so every rank can build
+/// every other rank's plan and knows what will arrive without being told. Tiles are sets of whole
+/// elements and never split a reduction, so a plan never changes a bit (docs/semantics.md,
+/// "Collectives"). A plan holds no backend types: a backend maps its items onto its own work
+/// items, its slots and buffers onto its own (docs/design.md, "Plans").
 
 #include <algorithm>
 #include <cstddef>
@@ -188,9 +192,11 @@ struct OwnerPlan {
 /// `next`, and receives chunk recv_chunk(s) from `prev`, which it folds with its own value (the
 /// received value on the left); recv_chunk(steps - 1) is `me`, finished. Ring all-gather step g
 /// forwards chunk gather_chunk(g) (its own at g = 0, else the one received at step g - 1), and
-/// the last step's receipt is gather_chunk(steps). Every chunk is cut into `tiles` tiles of `te`
-/// elements (those of the longest chunk), so that every (step, tile) of either phase moves
-/// exactly one tile per call, empty ones included: its slot gets one signal per call.
+/// the last step's receipt is gather_chunk(steps). Every chunk is cut into tiles of `te` elements
+/// (those of the longest chunk, `tiles` of them): a backend either moves every (step, tile <
+/// tiles) of either phase, empty tiles included, so that each slot gets one signal per call (the
+/// emulator), or only the tiles_of(c) tiles of the chunk it moves, which its receiver skips alike
+/// (the GPU backend).
 struct RingPlan {
   RingPlan(std::int64_t count, int me, int P, const Tiling& tiling, std::size_t tile_elem);
 
@@ -299,7 +305,7 @@ struct SegmentChain {
   static constexpr std::int64_t kMinPieces = 16;
   static constexpr int kLag = 4;
 
-  const Topology* topo;
+  const Topology* topo = nullptr;
   int me = 0;
   std::int64_t count = 0;
   int pieces = 0;
