@@ -264,15 +264,13 @@ void all_reduce(Rank& rk, const AllReduceArgs& args) {
     return;
   }
   // direct (and ring with P = 1, whose order [0] is direct's).
-  OwnerReduce spec;
-  spec.key = "all_reduce.direct";
-  spec.parts = Parts::chunks(args.count, P);
-  spec.dtype = args.dtype;
-  spec.op = args.op;
-  spec.gather = true;
-  spec.send = args.send;
-  spec.recv = args.recv;
-  owner_reduce(rk, spec);
+  owner_reduce(rk, {.key = "all_reduce.direct",
+                    .parts = Parts::chunks(args.count, P),
+                    .dtype = args.dtype,
+                    .op = args.op,
+                    .gather = true,
+                    .send = args.send,
+                    .recv = args.recv});
 }
 
 void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
@@ -282,15 +280,13 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
     return;
   }
   leave_args(rk, "reduce_scatter");
-  OwnerReduce spec;
-  spec.key = "reduce_scatter";
-  spec.parts = Parts::counts(args.recv_counts);
-  spec.dtype = args.dtype;
-  spec.op = args.op;
-  spec.gather = false;
-  spec.send = args.send;
-  spec.recv = args.recv;
-  owner_reduce(rk, spec);
+  owner_reduce(rk, {.key = "reduce_scatter",
+                    .parts = Parts::counts(args.recv_counts),
+                    .dtype = args.dtype,
+                    .op = args.op,
+                    .gather = false,
+                    .send = args.send,
+                    .recv = args.recv});
 }
 
 void all_to_allv(Rank& rk, const AllToAllvArgs& args) {

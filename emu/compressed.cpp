@@ -409,38 +409,39 @@ void all_reduce_wire(Rank& rk, const AllReduceArgs& args) {
     all_reduce_chain_wire(rk, args, y, plan);
     return;
   }
-  WireReduce spec;
-  spec.key = "all_reduce.direct.wire";
-  spec.parts = Parts::chunks(args.count, P);
-  spec.op = args.op;
-  spec.wire = args.wire;
-  spec.gather = true;
-  spec.y = y;
-  spec.recv = static_cast<float*>(args.recv);
-  owner_reduce_wire(rk, spec, plan);
+  owner_reduce_wire(rk,
+                    {.key = "all_reduce.direct.wire",
+                     .parts = Parts::chunks(args.count, P),
+                     .op = args.op,
+                     .wire = args.wire,
+                     .gather = true,
+                     .y = y,
+                     .recv = static_cast<float*>(args.recv)},
+                    plan);
 }
 
 void reduce_scatter_wire(Rank& rk, const ReduceScatterArgs& args) {
   const int P = rk.size();
-  WireReduce spec;
-  spec.key = "reduce_scatter.wire";
-  spec.parts = Parts::counts(args.recv_counts);
-  const int64_t at = spec.parts.total;
+  Parts parts = Parts::counts(args.recv_counts);
+  const int64_t at = parts.total;
   std::vector<float> storage;
   // In place for ReduceScatter means recv inside send: compare by overlap, not equality.
   const auto* send = static_cast<const float*>(args.send);
   const auto* recv = static_cast<const float*>(args.recv);
-  const bool overlaps = recv < send + at && send < recv + spec.parts.len[rk.rank()];
+  const bool overlaps = recv < send + at && send < recv + parts.len[rk.rank()];
   const float* y =
       fusedcoll::detail::contribution_view(args.send, overlaps, at, args.op, args.wire, P, storage);
   const WirePlan plan = agree_plan(rk, "reduce_scatter", args.wire, {{y, 0, at}},
                                    fusedcoll::detail::reduction_headroom(args.op, P));
-  spec.op = args.op;
-  spec.wire = args.wire;
-  spec.gather = false;
-  spec.y = y;
-  spec.recv = static_cast<float*>(args.recv);
-  owner_reduce_wire(rk, spec, plan);
+  owner_reduce_wire(rk,
+                    {.key = "reduce_scatter.wire",
+                     .parts = std::move(parts),
+                     .op = args.op,
+                     .wire = args.wire,
+                     .gather = false,
+                     .y = y,
+                     .recv = static_cast<float*>(args.recv)},
+                    plan);
 }
 
 /// AllGather with a compressed wire: each contribution is encoded by its sender (block indices
