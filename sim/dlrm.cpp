@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
@@ -32,10 +35,28 @@ Sharding parse_sharding(const std::string& s) {
   throw InvalidArgument("unknown sharding '" + s + "' (auto, table, column or row)");
 }
 
+const char* to_string(Interaction i) noexcept {
+  switch (i) {
+    case Interaction::dot:
+      return "dot";
+    case Interaction::dcn:
+      return "dcn";
+  }
+  return "invalid";
+}
+
+Interaction parse_interaction(const std::string& s) {
+  for (Interaction v : {Interaction::dot, Interaction::dcn})
+    if (s == to_string(v)) return v;
+  throw InvalidArgument("unknown interaction '" + s + "' (dot or dcn)");
+}
+
 Dlrm mlperf_dlrm(bool one_hot) {
   Dlrm m;
-  // mlcommons/training recommendation_v2/torchrec_dlrm/README.MD: the Criteo 1TB tables (capped
-  // at 40M rows) and the multi-hot sizes of the synthetic multi-hot dataset.
+  // mlcommons/training recommendation_v2/torchrec_dlrm/README.MD, "Running the MLPerf DLRM v2
+  // benchmark": the Criteo 1TB tables (capped at 40M rows), the multi-hot sizes of the synthetic
+  // multi-hot dataset, --interaction_type=dcn --dcn_num_layers=3 --dcn_low_rank_dim=512, global
+  // batch 65,536 (the struct's defaults hold the MLPs, the DCN and the batch).
   m.rows = {40000000, 39060,   17295, 7424,  20265, 3,        7122,     1543,     63,
             40000000, 3067956, 405282, 10,   2209,  11938,    155,      4,        976,
             14,       40000000, 40000000, 40000000, 590152, 12973, 108, 36};
@@ -95,6 +116,18 @@ struct Mlp {
   double fwd = 0, bwd = 0;
   std::int64_t params = 0;
 };
+
+/// An elementwise kernel over `rows` rows of `width` floats, a workgroup per row (claimed), each
+/// row `flops` and `bytes` per float: the DCN's cross x_0 * (x_w + b) + x_l (3 operations, 3
+/// floats read and 1 written) and its backward.
+double rows_kernel(const Cluster& c, std::int64_t rows, std::int64_t width, double flops,
+                   double bytes) {
+  Kernel k(c, static_cast<std::size_t>(rows));
+  const model::Work w{model::Kernel::reduce, flops * static_cast<double>(width),
+                      bytes * static_cast<double>(width)};
+  for (std::int64_t i = 0; i < rows; ++i) k.claim(model::seconds(c.preset, w));
+  return k.seconds();
+}
 
 Mlp mlp(const Cluster& c, std::int64_t b, std::int64_t in, const std::vector<std::int64_t>& outs) {
   Mlp r;
@@ -160,6 +193,15 @@ std::vector<std::vector<Shard>> shard(const Dlrm& m, int P) {
     throw InvalidArgument("dlrm: " + std::to_string(m.pooling.size()) + " pooling sizes for " +
                           std::to_string(T) + " tables");
   if (m.dim < 1) throw InvalidArgument("dlrm: dim = " + std::to_string(m.dim));
+  if (m.bottom.size() < 2 || m.bottom.back() != m.dim)
+    throw InvalidArgument("dlrm: the bottom MLP's output (" +
+                          std::to_string(m.bottom.empty() ? 0 : m.bottom.back()) +
+                          ") must be the embedding dim (" + std::to_string(m.dim) +
+                          "): the interaction pairs it with the pooled rows");
+  if (m.top.empty()) throw InvalidArgument("dlrm: no top MLP");
+  if (m.interaction == Interaction::dcn && (m.dcn_layers < 0 || m.dcn_rank < 1))
+    throw InvalidArgument("dlrm: DCN of " + std::to_string(m.dcn_layers) + " layers of rank " +
+                          std::to_string(m.dcn_rank));
   if (m.global_batch < P)
     throw InvalidArgument("dlrm: global batch " + std::to_string(m.global_batch) + " < " +
                           std::to_string(P) + " ranks (every rank needs a sample)");
@@ -214,12 +256,49 @@ std::vector<std::vector<Shard>> shard(const Dlrm& m, int P) {
 
 namespace {
 
-/// Everything the iteration costs, shared by the simulation program and the estimate.
-struct Costs {
-  std::vector<std::int64_t> batch;
-  std::int64_t b = 0;
+/// The data-parallel layers of one rank: the same on every rank of the same batch.
+struct Dense {
   Mlp bottom, top;
   double interaction_fwd = 0, interaction_bwd = 0, optimizer = 0;
+  std::int64_t interaction_params = 0;  ///< DCN's V, W and biases (the dot interaction has none)
+};
+
+Dense dense(const Dlrm& m, const Cluster& c, std::int64_t b) {
+  Dense k;
+  k.bottom =
+      mlp(c, b, m.bottom.front(), std::vector<std::int64_t>(m.bottom.begin() + 1, m.bottom.end()));
+  const std::int64_t F = T_of(m) + 1;
+  std::int64_t top_in = 0;
+  if (m.interaction == Interaction::dot) {
+    // The T embeddings and the bottom MLP's output: (T+1)T/2 pairs, plus the dense features,
+    // feed the top MLP (DLRM's "dot" without self-interaction): a small GEMM per sample.
+    top_in = m.bottom.back() + F * (F - 1) / 2;
+    Kernel dots(c, static_cast<std::size_t>(b));
+    for (std::int64_t i = 0; i < b; ++i)
+      dots.claim(model::seconds(c.preset, model::gemm(F, F, m.dim)));
+    k.interaction_fwd = dots.seconds();
+    k.interaction_bwd = 2 * k.interaction_fwd;
+  } else {
+    // DCNv2 (torchrec's LowRankCrossNet): per layer the GEMMs in -> rank -> in (V without a
+    // bias, W with one) and the cross; its backward the GEMMs' dX and dW and twice the cross's
+    // traffic. The top MLP reads the in = (T + 1) x dim features.
+    top_in = F * m.dim;
+    for (int l = 0; l < m.dcn_layers; ++l) {
+      const Mlp vw = mlp(c, b, top_in, {m.dcn_rank, top_in});
+      const double cross = rows_kernel(c, b, top_in, 3, 16);
+      k.interaction_fwd += vw.fwd + cross;
+      k.interaction_bwd += vw.bwd + 2 * cross;
+      k.interaction_params += vw.params - m.dcn_rank;
+    }
+  }
+  k.top = mlp(c, b, top_in, m.top);
+  k.optimizer =
+      launch(c) + spread(c, model::reduce(k.bottom.params + k.interaction_params + k.top.params));
+  return k;
+}
+
+/// The model-parallel part of one rank: its embedding kernels and what they send.
+struct Sparse {
   /// The forward embedding and its All-to-All: EmbeddingAllToAll's steps (unfused: the pooling
   /// kernel and the All-to-All kernel; fused: scale_out's one kernel).
   Program fwd;
@@ -228,33 +307,13 @@ struct Costs {
   /// The backward: the pooled rows' gradients packed per owner (the mirror of the unpack), the
   /// All-to-All kernel's launch, the embedding backward over the received gradients.
   double bwd_pack = 0, bwd_launch = 0, bwd = 0;
-  std::vector<std::int64_t> bwd_bytes;  ///< [P] to each owner
 };
 
-Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards, int rank,
-            bool fused) {
-  Costs k;
-  const int P = c.ranks();
-  k.batch = batches(m.global_batch, P);
-  k.b = k.batch[static_cast<std::size_t>(rank)];
-  const std::int64_t T = T_of(m);
-  k.bottom = mlp(c, k.b, m.bottom.front(),
-                 std::vector<std::int64_t>(m.bottom.begin() + 1, m.bottom.end()));
-  // Dot interaction of the T embeddings and the bottom MLP's output: (T+1)T/2 pairs, plus the
-  // dense features, feed the top MLP (DLRM's "dot" without self-interaction).
-  const std::int64_t F = T + 1;
-  const std::int64_t top_in = m.bottom.back() + F * (F - 1) / 2;
-  k.top = mlp(c, k.b, top_in, m.top);
-  {
-    Kernel dots(c, static_cast<std::size_t>(k.b));
-    for (std::int64_t i = 0; i < k.b; ++i)
-      dots.claim(model::seconds(c.preset, model::gemm(F, F, m.dim)));
-    k.interaction_fwd = dots.seconds();
-    k.interaction_bwd = 2 * k.interaction_fwd;
-  }
-  k.optimizer = launch(c) + spread(c, model::reduce(k.bottom.params + k.top.params));
+Sparse sparse(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+              int rank, const std::vector<std::int64_t>& batch, bool fused) {
+  Sparse k;
   const auto& mine = shards[static_cast<std::size_t>(rank)];
-  const detail::embedding::Plan pl = emb_plan(shards, rank, k.batch, m.dim);
+  const detail::embedding::Plan pl = emb_plan(shards, rank, batch, m.dim);
   EmbeddingCost fwd;
   fwd.width = widths(shards);
   fwd.pool = [&](int s, std::int64_t b0, std::int64_t b1) {
@@ -265,7 +324,7 @@ Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard
   // The received rows, [B_r, T, D] in all: what the unpack copies and the backward packs.
   std::int64_t recv = 0;
   for (const auto& s : shards) recv += cols_of(s);
-  if (effective(m, P) == Sharding::row) {
+  if (effective(m, c.ranks()) == Sharding::row) {
     Kernel sum(c, pl.a2a_items());
     for (int w = 0; w < sum.grid(); ++w)
       sum.add(w, model::seconds(c.preset, model::reduce(pl.unpack_rows(w, sum.grid()) * recv)));
@@ -275,38 +334,42 @@ Costs costs(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard
                  return pl.unpack_rows(w, g) * recv * 4;
                });
   k.bwd_launch = launch(c);
-  for (int o = 0; o < P; ++o)
-    k.bwd_bytes.push_back(cols_of(shards[static_cast<std::size_t>(o)]) * k.b * 4);
-  Kernel bwd(c, pl.unfused_tiles().size());
-  for (const detail::embedding::Tile& t : pl.unfused_tiles())
+  const std::vector<detail::embedding::Tile> tiles = pl.unfused_tiles();
+  Kernel bwd(c, tiles.size());
+  for (const detail::embedding::Tile& t : tiles)
     bwd.claim(emb_bwd_tile(c, m, mine[static_cast<std::size_t>(t.k)], t.i1 - t.i0));
   k.bwd = bwd.seconds();
   return k;
 }
 
-}  // namespace
-
-Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
-                     int rank, bool fused) {
+/// Rank `rank`'s program from its priced parts.
+Program assemble(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                 std::int64_t b, const Dense& d, const Sparse& k, bool fused) {
   const int P = c.ranks();
-  const Costs k = costs(m, c, shards, rank, fused);
   Program p = k.fwd;
   if (k.fwd_sum > 0) p.push_back(compute_step(p.back().phase, k.fwd_sum));
-  p.push_back(compute_step("mlp_fwd", k.bottom.fwd + k.interaction_fwd + k.top.fwd));
-  p.push_back(compute_step("mlp_bwd", k.top.bwd));
+  p.push_back(compute_step("mlp_fwd", d.bottom.fwd + d.interaction_fwd + d.top.fwd));
+  p.push_back(compute_step("mlp_bwd", d.top.bwd));
   Step ar;
   ar.kind = Step::allreduce;
   ar.phase = "mlp_bwd";
-  ar.bytes = k.top.params * 4;
+  ar.bytes = d.top.params * 4;
   p.push_back(ar);
-  p.push_back(compute_step("mlp_bwd", k.interaction_bwd + k.bottom.bwd));
-  ar.bytes = k.bottom.params * 4;
+  if (d.interaction_params > 0) {
+    p.push_back(compute_step("mlp_bwd", d.interaction_bwd));
+    ar.bytes = d.interaction_params * 4;
+    p.push_back(ar);
+    p.push_back(compute_step("mlp_bwd", d.bottom.bwd));
+  } else {
+    p.push_back(compute_step("mlp_bwd", d.interaction_bwd + d.bottom.bwd));
+  }
+  ar.bytes = d.bottom.params * 4;
   p.push_back(ar);
   // Backward: the gradients of the pooled rows go back to the shards' owners.
   p.push_back(compute_step("a2a_emb_bwd", k.bwd_pack));
   Step y = exchange_step("a2a_emb_bwd");
   for (int o = 0; o < P; ++o)
-    y.sends.push_back({k.bwd_launch, o, k.bwd_bytes[static_cast<std::size_t>(o)]});
+    y.sends.push_back({k.bwd_launch, o, cols_of(shards[static_cast<std::size_t>(o)]) * b * 4});
   if (fused && m.fuse_backward) {
     // The embedding backward consumes each source's slice as it lands: modelled as the kernel
     // running alongside the exchange while data lands (never starved), the last source's share
@@ -323,8 +386,63 @@ Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vec
   w.kind = Step::wait_comm;
   w.phase = "allreduce_wait";
   p.push_back(w);
-  p.push_back(compute_step("optimizer", k.optimizer));
+  p.push_back(compute_step("optimizer", d.optimizer));
   return p;
+}
+
+/// What prices a rank's embedding kernels: its shards' poolings, widths and row fractions in
+/// local order.
+using Load = std::vector<std::tuple<std::int64_t, std::int64_t, double>>;
+Load load_of(const Dlrm& m, const std::vector<Shard>& mine) {
+  Load l;
+  for (const Shard& s : mine)
+    l.emplace_back(m.pooling[static_cast<std::size_t>(s.table)], s.c1 - s.c0, s.row_fraction);
+  return l;
+}
+
+}  // namespace
+
+Program dlrm_program(const Dlrm& m, const Cluster& c, const std::vector<std::vector<Shard>>& shards,
+                     int rank, bool fused) {
+  const std::vector<std::int64_t> batch = batches(m.global_batch, c.ranks());
+  const std::int64_t b = batch[static_cast<std::size_t>(rank)];
+  return assemble(m, c, shards, b, dense(m, c, b), sparse(m, c, shards, rank, batch, fused), fused);
+}
+
+std::function<Program(int)> dlrm_programs(const Dlrm& m, const Cluster& c,
+                                          const std::vector<std::vector<Shard>>& shards,
+                                          bool fused) {
+  struct Cache {
+    std::vector<std::int64_t> batch;
+    bool even = false;
+    std::map<std::int64_t, Dense> dense;
+    std::map<Load, std::pair<int, Sparse>> sparse;
+  };
+  auto cache = std::make_shared<Cache>();
+  cache->batch = batches(m.global_batch, c.ranks());
+  cache->even = m.global_batch % c.ranks() == 0;
+  return [m, c, shards, fused, cache](int rank) {
+    const int P = c.ranks();
+    const std::int64_t b = cache->batch[static_cast<std::size_t>(rank)];
+    auto d = cache->dense.find(b);
+    if (d == cache->dense.end()) d = cache->dense.emplace(b, dense(m, c, b)).first;
+    if (!cache->even)
+      return assemble(m, c, shards, b, d->second, sparse(m, c, shards, rank, cache->batch, fused),
+                      fused);
+    // Under an even batch, ranks of one load run the same kernels; the destinations of the
+    // forward's sends turn with the rank (the plan's order starts at rank + 1).
+    const Load load = load_of(m, shards[static_cast<std::size_t>(rank)]);
+    auto s = cache->sparse.find(load);
+    if (s == cache->sparse.end())
+      s = cache->sparse
+              .emplace(load, std::pair{rank, sparse(m, c, shards, rank, cache->batch, fused)})
+              .first;
+    Sparse k = s->second.second;
+    const int turn = rank - s->second.first;
+    for (Step& st : k.fwd)
+      for (Send& x : st.sends) x.dst = ((x.dst + turn) % P + P) % P;
+    return assemble(m, c, shards, b, d->second, k, fused);
+  };
 }
 
 namespace {
@@ -387,23 +505,25 @@ Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vect
                     bool fused) {
   const int P = c.ranks();
   const int r = 0;
-  const Costs k = costs(m, c, shards, r, fused);
+  const std::vector<std::int64_t> batch = batches(m.global_batch, P);
+  const Dense d = dense(m, c, batch[0]);
+  const Sparse k = sparse(m, c, shards, r, batch, fused);
   std::vector<std::int64_t> to(static_cast<std::size_t>(P)), from(static_cast<std::size_t>(P));
   for (int q = 0; q < P; ++q) {
-    to[static_cast<std::size_t>(q)] = cols_of(shards[0]) * k.batch[static_cast<std::size_t>(q)] * 4;
-    from[static_cast<std::size_t>(q)] = cols_of(shards[static_cast<std::size_t>(q)]) * k.b * 4;
+    to[static_cast<std::size_t>(q)] = cols_of(shards[0]) * batch[static_cast<std::size_t>(q)] * 4;
+    from[static_cast<std::size_t>(q)] = cols_of(shards[static_cast<std::size_t>(q)]) * batch[0] * 4;
   }
   const double a2a_fwd = exchange_seconds(c, to, from, r);
   const double a2a_bwd = exchange_seconds(c, from, to, r);
   Estimate e;
-  const double mlp = k.bottom.fwd + k.interaction_fwd + k.top.fwd + k.top.bwd +
-                     k.interaction_bwd + k.bottom.bwd;
+  const double mlp =
+      d.bottom.fwd + d.interaction_fwd + d.top.fwd + d.top.bwd + d.interaction_bwd + d.bottom.bwd;
   // The forward's kernels from its steps: the pooling (its own kernel, or the fused kernel), the
   // All-to-All kernel's launch, the unpack.
   const Step& x = k.fwd.back();
   const double kernel = fused ? x.seconds : k.fwd.front().seconds + x.seconds;
   const double unpack = x.after + k.fwd_sum;
-  e.compute = kernel + unpack + mlp + k.bwd_pack + k.bwd_launch + k.bwd + k.optimizer;
+  e.compute = kernel + unpack + mlp + k.bwd_pack + k.bwd_launch + k.bwd + d.optimizer;
   double fwd = 0;
   if (fused) {
     // The first remote slice leaves when its tiles finish; the rest of the exchange follows it.
@@ -417,9 +537,12 @@ Estimate alpha_beta(const Dlrm& m, const Cluster& c, const std::vector<std::vect
   if (fused && m.fuse_backward)
     bwd = k.bwd_pack + k.bwd_launch + std::max(a2a_bwd, k.bwd) + k.bwd / P;
   // The AllReduces start after the top and bottom MLPs' backward and hide behind what follows.
-  const double ar = allreduce_seconds(c, k.top.params * 4) + allreduce_seconds(c, k.bottom.params * 4);
-  const double window = k.interaction_bwd + k.bottom.bwd + bwd;
-  e.iteration = fwd + mlp + bwd + std::max(0.0, ar - window) + k.optimizer;
+  const double ar =
+      allreduce_seconds(c, d.top.params * 4) +
+      (d.interaction_params > 0 ? allreduce_seconds(c, d.interaction_params * 4) : 0) +
+      allreduce_seconds(c, d.bottom.params * 4);
+  const double window = d.interaction_bwd + d.bottom.bwd + bwd;
+  e.iteration = fwd + mlp + bwd + std::max(0.0, ar - window) + d.optimizer;
   e.exposed = e.iteration - e.compute;
   return e;
 }

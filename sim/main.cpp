@@ -1,9 +1,13 @@
 // fusedcoll-sim: the scale-out simulator's command line (docs/simulation.md, "Scale-out").
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -16,6 +20,7 @@
 #include "sim/dlrm.hpp"
 #include "sim/ops.hpp"
 #include "sim/sim.hpp"
+#include "sim/sweep.hpp"
 
 namespace fc = fusedcoll;
 namespace sim = fusedcoll::sim;
@@ -26,16 +31,21 @@ const char* kUsage = R"(usage:
   fusedcoll-sim dlrm [options]        the DLRM training iteration, baseline vs fused, per node count
   fusedcoll-sim op embedding|gemm|gemv [options]   one operator, baseline vs fused
   fusedcoll-sim transfer --src R --dst R --bytes B   one transfer on an idle cluster
+  fusedcoll-sim sweep [--workload dlrm,gemv,moe|all] [--fine] [--csv FILE] [--jobs J]
+                                      where fusion pays: maps of the reduction (docs/simulation.md)
 cluster:  --preset NAME|FILE (mi250x)  --nodes N[,N...] (dlrm: 8,16,32,64,128; op: 2)
           --gpus-per-node G (the preset's)  --radix R (8)  --taper T (1)
           --merge-us U (1): sends to one node within U us are one flow
           --network-model M (CM02)  --precision-us U (1): SimGrid's time precision
-dlrm:     --sharding auto|table|column|row (auto)  --one-hot  --fuse-backward
-          --batch B (65536)  --csv FILE
+dlrm:     MLPerf DLRM-DCNv2 by default. --sharding auto|table|column|row (auto)  --one-hot
+          --fuse-backward  --interaction dcn|dot (dcn)  --batch B (65536)  --csv FILE
 op:       embedding: --tables T (26) --dim D (128) --batch B (65536) --bags L|MIN-MAX (1)
           gemm: --experts E (ranks) --tokens T (4096) --k K (1024) --n N (1024)
           gemv: --m M (1) --k K (8192) --n N (8192)
           --perf-bytes B: instead, the problem fusedcoll-perf OP runs at size B
+sweep:    --workload (all)  --fine: the finer grid  --csv FILE (sim_sweep.csv)  --merge-us (5)
+          --jobs J: points simulated at once, each in its own process (the CPUs)
+          scripts/plot-sim-sweep.py FILE OUT.png draws the maps
 )";
 
 struct Args {
@@ -49,7 +59,7 @@ Args parse(int argc, char** argv) {
     std::string s = argv[i];
     if (s.rfind("--", 0) == 0) {
       const std::string key = s.substr(2);
-      if (key == "one-hot" || key == "fuse-backward" || key == "help") {
+      if (key == "one-hot" || key == "fuse-backward" || key == "fine" || key == "help") {
         a.kv[key] = std::string(1, '1');
       } else {
         if (i + 1 >= argc) throw fc::InvalidArgument("option --" + key + " needs a value");
@@ -128,6 +138,7 @@ int dlrm(const Args& a) {
   m.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
   m.sharding = sim::parse_sharding(get(a, "sharding", "auto"));
   m.fuse_backward = a.kv.count("fuse-backward") > 0;
+  m.interaction = sim::parse_interaction(get(a, "interaction", "dcn"));
   const sim::Options o = options(a);
   std::ofstream csv;
   if (a.kv.count("csv")) {
@@ -135,12 +146,14 @@ int dlrm(const Args& a) {
     if (!csv) throw fc::InvalidArgument("cannot write --csv " + get(a, "csv", ""));
     csv << "preset,nodes,ranks,sharding,pooling,base_iter_us,base_compute_us,base_exposed_us,"
            "fused_iter_us,fused_compute_us,fused_exposed_us,reduction_pct,ab_base_us,ab_fused_us,"
-           "ab_reduction_pct,sim_wall_s\n";
+           "ab_reduction_pct,sim_wall_s,interaction\n";
   }
-  std::printf("DLRM (%zu tables, dim %lld, batch %lld, bottom 13-512-256-128, top 1024-1024-512-256-1), "
-              "pooling %s, fuse backward %s\n",
-              m.rows.size(), static_cast<long long>(m.dim), static_cast<long long>(m.global_batch),
-              a.kv.count("one-hot") ? "one-hot" : "multi-hot", m.fuse_backward ? "yes" : "no");
+  std::printf(
+      "DLRM (%zu tables, dim %lld, batch %lld, bottom 13-512-256-128, %s interaction, top "
+      "1024-1024-512-256-1), pooling %s, fuse backward %s\n",
+      m.rows.size(), static_cast<long long>(m.dim), static_cast<long long>(m.global_batch),
+      m.interaction == sim::Interaction::dcn ? "DCNv2 (3 layers, rank 512)" : "dot",
+      a.kv.count("one-hot") ? "one-hot" : "multi-hot", m.fuse_backward ? "yes" : "no");
   std::printf("%6s %6s %-7s | %10s %9s %9s | %10s %9s %9s | %7s | %9s %9s %7s | %6s\n", "nodes", "ranks",
               "shard", "base us", "compute", "exposed", "fused us", "compute", "exposed", "reduct",
               "a-b base", "a-b fused", "a-b red", "wall s");
@@ -150,9 +163,8 @@ int dlrm(const Args& a) {
     const auto shards = sim::shard(m, P);
     sim::Result res[2];
     for (int f = 0; f < 2; ++f)
-      res[f] = sim::run_isolated([&] {
-        return sim::simulate(c, [&](int r) { return sim::dlrm_program(m, c, shards, r, f == 1); }, o);
-      });
+      res[f] = sim::run_isolated(
+          [&] { return sim::simulate(c, sim::dlrm_programs(m, c, shards, f == 1), o); });
     const sim::Estimate e0 = sim::alpha_beta(m, c, shards, false);
     const sim::Estimate e1 = sim::alpha_beta(m, c, shards, true);
     const double red = 100 * (1 - res[1].iteration / res[0].iteration);
@@ -168,11 +180,13 @@ int dlrm(const Args& a) {
                 phases(res[0]).c_str(), static_cast<long long>(res[0].flows), res[0].wall,
                 phases(res[1]).c_str(), static_cast<long long>(res[1].flows), res[1].wall);
     if (csv)
-      csv << c.preset.name << ',' << n << ',' << P << ',' << sim::to_string(sim::effective(m, P)) << ','
-          << (a.kv.count("one-hot") ? "one-hot" : "multi-hot") << ',' << res[0].iteration * 1e6 << ','
-          << res[0].compute * 1e6 << ',' << res[0].exposed * 1e6 << ',' << res[1].iteration * 1e6 << ','
-          << res[1].compute * 1e6 << ',' << res[1].exposed * 1e6 << ',' << red << ','
-          << e0.iteration * 1e6 << ',' << e1.iteration * 1e6 << ',' << ab_red << ',' << wall << '\n';
+      csv << c.preset.name << ',' << n << ',' << P << ',' << sim::to_string(sim::effective(m, P))
+          << ',' << (a.kv.count("one-hot") ? "one-hot" : "multi-hot") << ','
+          << res[0].iteration * 1e6 << ',' << res[0].compute * 1e6 << ',' << res[0].exposed * 1e6
+          << ',' << res[1].iteration * 1e6 << ',' << res[1].compute * 1e6 << ','
+          << res[1].exposed * 1e6 << ',' << red << ',' << e0.iteration * 1e6 << ','
+          << e1.iteration * 1e6 << ',' << ab_red << ',' << wall << ','
+          << sim::to_string(m.interaction) << '\n';
   }
   std::printf("paper (SC'24, simulated): 21%% at 128 nodes. peak simulation RSS %.0f MB\n", peak_rss_mb());
   return 0;
@@ -251,6 +265,129 @@ int op(const Args& a) {
   return 0;
 }
 
+/// Runs `points` in forked processes, `jobs` at a time, printing each as it ends; returns their
+/// results in the points' order. A point that fails reports its message, rethrown here.
+std::vector<std::string> run_sweep(const std::vector<sim::SweepPoint>& points,
+                                   const fc::model::Preset& preset, const sim::Options& o,
+                                   int jobs) {
+  std::vector<std::string> rows(points.size());
+  struct Child {
+    std::size_t point;
+    int fd;
+  };
+  std::map<pid_t, Child> running;
+  std::size_t next = 0, done = 0;
+  std::string failure;
+  while (done < points.size()) {
+    while (failure.empty() && next < points.size() && static_cast<int>(running.size()) < jobs) {
+      std::fflush(nullptr);
+      int fd[2];
+      if (pipe(fd) != 0)
+        throw fc::BackendError(std::string("sweep: pipe: ") + std::strerror(errno));
+      const pid_t pid = fork();
+      if (pid < 0) throw fc::BackendError(std::string("sweep: fork: ") + std::strerror(errno));
+      if (pid == 0) {
+        close(fd[0]);
+        std::string out;
+        try {
+          const sim::SweepResult r = sim::run_point(points[next], preset, o);
+          char b[160];
+          std::snprintf(b, sizeof b, "ok %.17g %.17g %.17g %.17g %.17g", r.base, r.fused, r.kernel,
+                        r.exchange, r.cpu);
+          out = b;
+        } catch (const std::exception& e) {
+          out = std::string("error ") + e.what();
+        }
+        for (std::size_t w = 0; w < out.size();) {
+          const ssize_t k = write(fd[1], out.data() + w, out.size() - w);
+          if (k <= 0) break;
+          w += static_cast<std::size_t>(k);
+        }
+        _exit(0);
+      }
+      close(fd[1]);
+      running[pid] = {next++, fd[0]};
+    }
+    if (running.empty()) break;
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    std::string text;
+    char buf[4096];
+    for (ssize_t k; (k = read(it->second.fd, buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<std::size_t>(k));
+    close(it->second.fd);
+    const sim::SweepPoint& p = points[it->second.point];
+    if (text.rfind("ok ", 0) == 0) {
+      rows[it->second.point] = text.substr(3);
+      std::istringstream in(rows[it->second.point]);
+      sim::SweepResult r;
+      in >> r.base >> r.fused >> r.kernel >> r.exchange >> r.cpu;
+      std::printf(
+          "%s %s = %g, %s = %g (%d x %d, %g Gbit/s): baseline %.1f us, fused %.1f us, "
+          "reduction %.1f%%, overlap bound %.1f%% (%.1f s)\n",
+          p.workload.c_str(), p.y_name.c_str(), p.y, p.x_name.c_str(), p.x, p.nodes,
+          p.gpus_per_node, p.nic_gbit, r.base * 1e6, r.fused * 1e6, 100 * (1 - r.fused / r.base),
+          100 * std::min(r.kernel, r.exchange) / r.base, r.cpu);
+      std::fflush(stdout);
+    } else if (failure.empty()) {
+      failure =
+          p.workload + " " + p.map + " (" + p.y_name + " " + std::to_string(p.y) + ", " + p.x_name +
+          " " + std::to_string(p.x) + "): " +
+          (text.rfind("error ", 0) == 0 ? text.substr(6) : "the process ended without a result");
+    }
+    running.erase(it);
+    ++done;
+    if (!failure.empty() && running.empty()) break;
+  }
+  if (!failure.empty()) throw fc::InvalidArgument("sweep: " + failure);
+  return rows;
+}
+
+/// The machine and problem of a point, not its map: maps through one default point share it.
+std::string config_of(const sim::SweepPoint& p) {
+  std::ostringstream k;
+  k << p.workload << ' ' << p.nodes << ' ' << p.gpus_per_node << ' ' << p.nic_gbit << ' '
+    << p.samples << ' ' << p.dim << ' ' << p.pooling;
+  return k.str();
+}
+
+int sweep(const Args& a) {
+  const fc::model::Preset preset = fc::model::load_preset(get(a, "preset", "mi250x"));
+  // Sends to one node within 5 us are one flow (--merge-us): a fused kernel's slices leave over
+  // milliseconds at large batches, and SimGrid's max-min solver is quadratic in concurrent flows
+  // (128 nodes, 512 samples per device at 25 Gbit/s: 52 s at 1 us, 15 s at 5 us, the
+  // iteration 16738.2 and 16736.3 us).
+  Args with = a;
+  with.kv.emplace("merge-us", "5");
+  const sim::Options o = options(with);
+  const auto points = sim::sweep_points(get(a, "workload", "all"), a.kv.count("fine") > 0);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const int jobs = static_cast<int>(num(a, "jobs", static_cast<double>(std::max(1L, cpus))));
+  if (jobs < 1) throw fc::InvalidArgument("--jobs must be >= 1");
+  const std::string path = get(a, "csv", "sim_sweep.csv");
+  std::ofstream csv(path);
+  if (!csv) throw fc::InvalidArgument("cannot write --csv " + path);
+  // Each configuration once, however many maps it lies on.
+  std::vector<sim::SweepPoint> unique;
+  std::map<std::string, std::size_t> index;
+  for (const sim::SweepPoint& p : points)
+    if (index.emplace(config_of(p), unique.size()).second) unique.push_back(p);
+  std::printf("sweep: %zu points (%zu configurations), %d at a time\n", points.size(),
+              unique.size(), jobs);
+  const std::vector<std::string> results = run_sweep(unique, preset, o, jobs);
+  csv << sim::sweep_csv_header() << '\n';
+  for (const sim::SweepPoint& p : points) {
+    std::istringstream in(results[index.at(config_of(p))]);
+    sim::SweepResult r;
+    in >> r.base >> r.fused >> r.kernel >> r.exchange >> r.cpu;
+    csv << sim::sweep_csv_row(p, r, preset.name) << '\n';
+  }
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
 int transfer(const Args& a) {
   const sim::Cluster c = cluster(a, nodes_list(a, "2").at(0));
   const int src = static_cast<int>(num(a, "src", 0));
@@ -280,7 +417,8 @@ int main(int argc, char** argv) {
     if (a.pos[0] == "dlrm") return dlrm(a);
     if (a.pos[0] == "op") return op(a);
     if (a.pos[0] == "transfer") return transfer(a);
-    throw fc::InvalidArgument("unknown command '" + a.pos[0] + "' (dlrm, op or transfer)");
+    if (a.pos[0] == "sweep") return sweep(a);
+    throw fc::InvalidArgument("unknown command '" + a.pos[0] + "' (dlrm, op, sweep or transfer)");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fusedcoll-sim: %s\n", e.what());
     return 1;

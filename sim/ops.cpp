@@ -145,8 +145,9 @@ Program embedding_steps(const detail::embedding::Plan& pl, const EmbeddingCost& 
     prog.push_back(compute_step(kernel_phase, k1.seconds()));
     Step x = exchange_step(exchange_phase);
     x.seconds = launch(c);
+    // The kernel's workgroup j puts the block of peer remote_first(me)[j].
     std::int64_t all = 0;
-    for (int q = 0; q < P; ++q) {
+    for (int q : detail::remote_first(me, P)) {
       all += row[static_cast<std::size_t>(q)];
       if (q != me) x.sends.push_back({launch(c), q, slice_bytes(me, q)});
     }
@@ -171,7 +172,7 @@ Program embedding_steps(const detail::embedding::Plan& pl, const EmbeddingCost& 
   if (mode == Mode::scale_out) {
     // The slice leaves with its last tile; every workgroup unpacks its rows of each slice.
     std::int64_t remote = 0;
-    for (int q = 0; q < P; ++q) {
+    for (int q : detail::remote_first(me, P)) {
       if (q == me) continue;
       if (pl.tiles(me, q) > 0)
         x.sends.push_back({slice_end[static_cast<std::size_t>(q)], q, slice_bytes(me, q)});

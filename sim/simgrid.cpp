@@ -157,8 +157,10 @@ struct Run {
   std::vector<sg4::Host*> hosts;
   std::vector<Prepared> prog;
   std::vector<std::vector<std::int64_t>> expected;  // [exchange][rank]
-  /// Per rank and exchange (or AllReduce stage): a mailbox whose receives the receiving actor
-  /// posts when it starts, so every transfer starts the moment its sender posts it. Not
+  /// Per rank and exchange (or AllReduce stage): a mailbox. An exchange's receives the
+  /// receiving actor posts when it starts, so every put starts the moment its sender posts it
+  /// (one-sided puts into symmetric buffers); an AllReduce stage's when the rank enters it
+  /// (rendezvous). Not
   /// Comm::sendto_async: SimGrid 3.32 detaches host-to-host transfers onto one list of the engine's
   /// and removes each finished one with a scan of that list, O(transfers in flight) per completion,
   /// which was ~75% of a 128-node simulation (docs/simulation.md, "Simulation cost").
@@ -202,6 +204,17 @@ struct Run {
   static void reap(std::vector<sg4::CommPtr>& mine) {
     std::erase_if(mine, [](const sg4::CommPtr& c) { return c->test(); });
   }
+  /// The AllReduce's receives, rendezvous: posted when the receiver enters the stage, so a
+  /// stage's data flows only once both ends are in it (MPI's rendezvous protocol for large
+  /// messages; a collective library's bounded buffers). Posted up front like the exchanges' puts
+  /// (eager, unbounded), a partner already in stage k + 1 pushed its data into the link that still
+  /// carried stage k's, so a 50 us stagger of the ranks' starts stretched a 64-node AllReduce by
+  /// 280 us and a 48-node ring's by 1.8 ms, depending on SimGrid's time precision; now by the
+  /// stagger (docs/results/sim-where-fusion-pays.md).
+  void rendezvous(Inbox& in, std::int64_t count) {
+    expect(in, count);
+    receive(in, count);
+  }
   static void receive(Inbox& in, std::int64_t count) {
     std::vector<sg4::CommPtr> mine(in.recvs.begin() + static_cast<std::ptrdiff_t>(in.taken),
                                    in.recvs.begin() + static_cast<std::ptrdiff_t>(in.taken) + count);
@@ -209,16 +222,14 @@ struct Run {
     for (std::int64_t i = 0; i < count; ++i) in.recvs[in.taken++] = nullptr;
   }
 
-  /// The receives of rank r's AllReduce per stage, in the order allreduce() runs its stages.
-  std::vector<std::int64_t> ar_stage_receives() const {
-    std::vector<std::int64_t> v;
-    if (G > 1) v.push_back(G - 1);
-    if (N > 1) {
-      const int inter = (N & (N - 1)) == 0 ? 2 * static_cast<int>(std::log2(N) + 0.5) : 2 * (N - 1);
-      v.insert(v.end(), static_cast<std::size_t>(inter), 1);
-    }
-    if (G > 1) v.push_back(G - 1);
-    return v;
+  /// The stages of one AllReduce, each with a mailbox per rank: the intra-node reduce-scatter,
+  /// the inter-node stages, the intra-node all-gather (allreduce()).
+  std::size_t ar_stages() const {
+    std::size_t n = G > 1 ? 2 : 0;
+    if (N > 1)
+      n += (N & (N - 1)) == 0 ? 2 * static_cast<std::size_t>(std::log2(N) + 0.5)
+                              : 2 * static_cast<std::size_t>(N - 1);
+    return n;
   }
 
   double device_seconds(const model::Work& total) const {
@@ -237,14 +248,14 @@ struct Run {
     };
     auto exchange = [&](int peer, std::int64_t bytes) {
       post(ar_box(peer, a, stage), bytes, sent[2 * static_cast<std::size_t>(r) + 1]);
-      receive(ar_box(r, a, stage), 1);
+      rendezvous(ar_box(r, a, stage), 1);
       ++stage;
     };
     const std::int64_t chunk = (S + G - 1) / G;
     if (G > 1) {
       for (int h = 0; h < G; ++h)
         if (h != g) post(ar_box(n * G + h, a, stage), chunk, sent[2 * static_cast<std::size_t>(r) + 1]);
-      receive(ar_box(r, a, stage), G - 1);
+      rendezvous(ar_box(r, a, stage), G - 1);
       reduce_cost(chunk * (G - 1));
       ++stage;
     }
@@ -265,7 +276,7 @@ struct Run {
         const int next = ((n + 1) % N) * G + g;
         for (int s = 0; s < 2 * (N - 1); ++s) {
           post(ar_box(next, a, stage), piece, sent[2 * static_cast<std::size_t>(r) + 1]);
-          receive(ar_box(r, a, stage), 1);
+          rendezvous(ar_box(r, a, stage), 1);
           ++stage;
           if (s < N - 1) reduce_cost(piece);
         }
@@ -274,15 +285,12 @@ struct Run {
     if (G > 1) {
       for (int h = 0; h < G; ++h)
         if (h != g) post(ar_box(n * G + h, a, stage), chunk, sent[2 * static_cast<std::size_t>(r) + 1]);
-      receive(ar_box(r, a, stage), G - 1);
+      rendezvous(ar_box(r, a, stage), G - 1);
     }
   }
 
   void comm_stream(int r) {
     const auto R = static_cast<std::size_t>(r);
-    const std::vector<std::int64_t> stages = ar_stage_receives();
-    for (std::size_t a = 0; a < ar_bytes[R].size(); ++a)
-      for (std::size_t st = 0; st < stages.size(); ++st) expect(ar_inbox[R][a][st], stages[st]);
     for (std::size_t a = 0; a < ar_bytes[static_cast<std::size_t>(r)].size(); ++a) {
       ar_start[static_cast<std::size_t>(r)]->acquire();
       reap(sent[2 * R + 1]);
@@ -517,7 +525,7 @@ Result simulate(const Cluster& c, const std::function<Program(int)>& program, co
   run.end.assign(P, 0);
   run.sent.resize(2 * P);
   run.compute.assign(P, 0);
-  const std::size_t stages = run.ar_stage_receives().size();
+  const std::size_t stages = run.ar_stages();
   run.ar_inbox.resize(P);
   for (std::size_t r = 0; r < P; ++r) {
     run.ar_inbox[r].resize(run.ar_bytes[r].size());
