@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,7 +35,7 @@ const char* kUsage = R"(usage:
   fusedcoll-sim dlrm [options]        the DLRM training iteration, baseline vs fused, per node count
   fusedcoll-sim op embedding|gemm|gemv [options]   one operator, baseline vs fused
   fusedcoll-sim transfer --src R --dst R --bytes B   one transfer on an idle cluster
-  fusedcoll-sim sweep [--workload dlrm,gemv,moe|all] [--fine] [--csv FILE] [--jobs J]
+  fusedcoll-sim sweep [--workload dlrm,gemv,moe|all] [--quick|--fine] [--csv FILE] [--jobs J]
                                       where fusion pays: maps of the reduction (docs/simulation.md)
 cluster:  --preset NAME|FILE (mi250x)  --nodes N[,N...] (dlrm: 8,16,32,64,128; op: 2)
           --gpus-per-node G (the preset's)  --radix R (8)  --taper T (1)
@@ -43,28 +47,56 @@ op:       embedding: --tables T (26) --dim D (128) --batch B (65536) --bags L|MI
           gemm: --experts E (ranks) --tokens T (4096) --k K (1024) --n N (1024)
           gemv: --m M (1) --k K (8192) --n N (8192)
           --perf-bytes B: instead, the problem fusedcoll-perf OP runs at size B
-sweep:    --workload (all)  --fine: the finer grid  --csv FILE (sim_sweep.csv)  --merge-us (5)
+sweep:    --workload (all)  --quick: 2 x 2 maps on 8 nodes (a test)  --fine: the finer grid
+          --csv FILE (sim_sweep.csv)  --merge-us (5)  --preset  --network-model  --precision-us
           --jobs J: points simulated at once, each in its own process (the CPUs)
           scripts/plot-sim-sweep.py FILE OUT.png draws the maps
 )";
+
+/// The options of each command: a flag takes no value, the others one. Anything else is an error
+/// naming it, as is a value that is not a number in its option's range.
+const std::set<std::string> kFlags{"one-hot", "fuse-backward", "fine", "quick", "help"};
+const std::set<std::string> kCluster{"preset",  "nodes",         "gpus-per-node", "radix",
+                                     "taper",   "merge-us",      "network-model", "precision-us"};
+const std::map<std::string, std::set<std::string>> kCommandOptions{
+    {"dlrm", {"sharding", "one-hot", "fuse-backward", "interaction", "batch", "csv"}},
+    {"op",
+     {"tables", "dim", "batch", "bags", "pooling", "experts", "tokens", "k", "n", "m",
+      "perf-bytes"}},
+    {"transfer", {"src", "dst", "bytes"}},
+    {"sweep", {"workload", "fine", "quick", "csv", "jobs"}},
+};
+/// Positional arguments of each command, the command's own name included.
+const std::map<std::string, std::size_t> kPositionals{
+    {"dlrm", 1}, {"op", 2}, {"transfer", 1}, {"sweep", 1}};
 
 struct Args {
   std::map<std::string, std::string> kv;
   std::vector<std::string> pos;
 };
 
+bool known(const std::string& key) {
+  if (kFlags.count(key) || kCluster.count(key)) return true;
+  return std::any_of(kCommandOptions.begin(), kCommandOptions.end(),
+                     [&](const auto& c) { return c.second.count(key) > 0; });
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
+    const std::string s = argv[i];
     if (s.rfind("--", 0) == 0) {
       const std::string key = s.substr(2);
-      if (key == "one-hot" || key == "fuse-backward" || key == "fine" || key == "help") {
-        a.kv[key] = std::string(1, '1');
-      } else {
+      if (!known(key)) throw fc::InvalidArgument("unknown option '" + s + "' (see --help)");
+      std::string value = "1";
+      if (!kFlags.count(key)) {
         if (i + 1 >= argc) throw fc::InvalidArgument("option --" + key + " needs a value");
-        a.kv[key] = argv[++i];
+        value = argv[++i];
       }
+      if (!a.kv.emplace(key, value).second)
+        throw fc::InvalidArgument("option --" + key + " given twice");
+    } else if (s.size() > 1 && s[0] == '-' && !std::isdigit(static_cast<unsigned char>(s[1]))) {
+      throw fc::InvalidArgument("unknown option '" + s + "' (options start with --; see --help)");
     } else {
       a.pos.push_back(s);
     }
@@ -72,48 +104,109 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+/// Rejects what `command` does not take: another command's options, extra arguments.
+void check_args(const Args& a, const std::string& command) {
+  const auto& mine = kCommandOptions.at(command);
+  for (const auto& [key, value] : a.kv) {
+    const bool cluster = kCluster.count(key) > 0 && command != "sweep";
+    const bool sweep_cluster = command == "sweep" && (key == "preset" || key == "merge-us" ||
+                                                      key == "network-model" ||
+                                                      key == "precision-us");
+    if (!mine.count(key) && !cluster && !sweep_cluster && key != "help")
+      throw fc::InvalidArgument(command + ": --" + key + " is not an option of '" + command +
+                                "' (see --help)");
+  }
+  if (a.pos.size() > kPositionals.at(command))
+    throw fc::InvalidArgument(command + ": unexpected argument '" + a.pos[kPositionals.at(command)] +
+                              "'");
+}
+
 std::string get(const Args& a, const std::string& k, const std::string& d) {
   auto it = a.kv.find(k);
   return it == a.kv.end() ? d : it->second;
 }
 
-double num(const Args& a, const std::string& k, double d) {
-  const std::string s = get(a, k, "");
-  if (s.empty()) return d;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || *end != '\0') throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
+/// `s` as an integer in [lo, hi], all of it (no "5x", "1.5" or "1e3"); `what` names it.
+std::int64_t to_integer(const std::string& what, const std::string& s, std::int64_t lo,
+                        std::int64_t hi) {
+  std::int64_t v = 0;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (ec == std::errc::result_out_of_range)
+    throw fc::InvalidArgument(what + " = '" + s + "' is out of range [" + std::to_string(lo) +
+                              ", " + std::to_string(hi) + "]");
+  if (s.empty() || ec != std::errc() || ptr != end)
+    throw fc::InvalidArgument(what + " = '" + s + "' is not an integer");
+  if (v < lo || v > hi)
+    throw fc::InvalidArgument(what + " = " + s + " is out of range [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "]");
   return v;
 }
 
+/// Option `k` as an integer in [lo, hi], or `d` when absent.
+std::int64_t integer(const Args& a, const std::string& k, std::int64_t d, std::int64_t lo,
+                     std::int64_t hi) {
+  const auto it = a.kv.find(k);
+  return it == a.kv.end() ? d : to_integer("--" + k, it->second, lo, hi);
+}
+
+/// Option `k` as a finite number >= lo (> lo when `open`), or `d` when absent.
+double real(const Args& a, const std::string& k, double d, double lo, bool open) {
+  const auto it = a.kv.find(k);
+  if (it == a.kv.end()) return d;
+  const std::string& s = it->second;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+    throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
+  if (std::isnan(v)) throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
+  if (errno == ERANGE || !std::isfinite(v))
+    throw fc::InvalidArgument("--" + k + " = '" + s + "' is out of range");
+  if (open ? !(v > lo) : !(v >= lo)) {
+    std::ostringstream m;
+    m << "--" << k << " = " << s << " must be " << (open ? "> " : ">= ") << lo;
+    throw fc::InvalidArgument(m.str());
+  }
+  return v;
+}
+
+/// Counts (sizes, samples, bytes) up to 2^40: more would not fit a simulation in memory or time.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 40;
+/// Node and device counts: check() bounds the ranks at 2^20.
+constexpr std::int64_t kMaxNodes = 1 << 20;
+
 std::vector<int> nodes_list(const Args& a, const std::string& d) {
   std::vector<int> out;
-  std::stringstream ss(get(a, "nodes", d));
+  const std::string list = get(a, "nodes", d);
+  std::stringstream ss(list);
+  const auto bad = [&] {
+    return fc::InvalidArgument("--nodes = '" + list + "': a comma-separated list of node counts");
+  };
   for (std::string t; std::getline(ss, t, ',');) {
-    char* end = nullptr;
-    const long v = std::strtol(t.c_str(), &end, 10);
-    if (end == t.c_str() || *end != '\0') throw fc::InvalidArgument("--nodes: '" + t + "' is not an integer");
-    out.push_back(static_cast<int>(v));
+    if (t.empty()) throw bad();
+    out.push_back(static_cast<int>(to_integer("--nodes", t, 1, kMaxNodes)));
   }
+  if (out.empty() || list.back() == ',') throw bad();
   return out;
 }
 
 sim::Cluster cluster(const Args& a, int nodes) {
   sim::Cluster c;
   c.preset = fc::model::load_preset(get(a, "preset", "mi250x"));
-  if (a.kv.count("gpus-per-node")) c.preset.links.gpus_per_node = static_cast<int>(num(a, "gpus-per-node", 0));
+  if (a.kv.count("gpus-per-node")) c.preset.links.gpus_per_node = static_cast<int>(integer(a, "gpus-per-node", 0, 1, kMaxNodes));
   c.nodes = nodes;
-  c.radix = static_cast<int>(num(a, "radix", 8));
-  c.taper = num(a, "taper", 1);
+  c.radix = static_cast<int>(integer(a, "radix", 8, 1, kMaxNodes));
+  c.taper = real(a, "taper", 1, 1, false);
   sim::check(c);
   return c;
 }
 
 sim::Options options(const Args& a) {
   sim::Options o;
-  o.merge_window = num(a, "merge-us", 1) * 1e-6;
+  o.merge_window = real(a, "merge-us", 1, 0, false) * 1e-6;
   o.network_model = get(a, "network-model", "CM02");
-  o.time_precision = num(a, "precision-us", 1) * 1e-6;
+  o.time_precision = real(a, "precision-us", 1, 0, true) * 1e-6;
   return o;
 }
 
@@ -135,11 +228,14 @@ std::string phases(const sim::Result& r) {
 
 int dlrm(const Args& a) {
   sim::Dlrm m = sim::mlperf_dlrm(a.kv.count("one-hot") > 0);
-  m.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
+  m.global_batch = integer(a, "batch", 65536, 1, kMaxCount);
   m.sharding = sim::parse_sharding(get(a, "sharding", "auto"));
   m.fuse_backward = a.kv.count("fuse-backward") > 0;
   m.interaction = sim::parse_interaction(get(a, "interaction", "dcn"));
   const sim::Options o = options(a);
+  // Every node count's cluster and shards checked before anything is printed or simulated.
+  const std::vector<int> nodes = nodes_list(a, "8,16,32,64,128");
+  for (int n : nodes) (void)sim::shard(m, cluster(a, n).ranks());
   std::ofstream csv;
   if (a.kv.count("csv")) {
     csv.open(get(a, "csv", ""));
@@ -157,7 +253,7 @@ int dlrm(const Args& a) {
   std::printf("%6s %6s %-7s | %10s %9s %9s | %10s %9s %9s | %7s | %9s %9s %7s | %6s\n", "nodes", "ranks",
               "shard", "base us", "compute", "exposed", "fused us", "compute", "exposed", "reduct",
               "a-b base", "a-b fused", "a-b red", "wall s");
-  for (int n : nodes_list(a, "8,16,32,64,128")) {
+  for (int n : nodes) {
     const sim::Cluster c = cluster(a, n);
     const int P = c.ranks();
     const auto shards = sim::shard(m, P);
@@ -195,12 +291,30 @@ int dlrm(const Args& a) {
 int op(const Args& a) {
   if (a.pos.size() < 2) throw fc::InvalidArgument("op: which operator? embedding, gemm or gemv");
   const std::string which = a.pos[1];
-  if (which != "embedding" && which != "gemm" && which != "gemv")
+  // Each operator's own sizes; --perf-bytes replaces them all.
+  const std::map<std::string, std::set<std::string>> sizes{
+      {"embedding", {"tables", "dim", "batch", "bags", "pooling"}},
+      {"gemm", {"experts", "tokens", "k", "n"}},
+      {"gemv", {"m", "k", "n"}}};
+  const auto own = sizes.find(which);
+  if (own == sizes.end())
     throw fc::InvalidArgument("op: unknown operator '" + which + "' (embedding, gemm or gemv)");
+  for (const auto& [key, value] : a.kv) {
+    const bool size = kCommandOptions.at("op").count(key) > 0 && key != "perf-bytes";
+    if (size && !own->second.count(key))
+      throw fc::InvalidArgument("op " + which + ": --" + key + " is not a size of " + which);
+    if (size && a.kv.count("perf-bytes"))
+      throw fc::InvalidArgument("op " + which + ": --" + key +
+                                " with --perf-bytes (which sets the problem)");
+  }
+  if (a.kv.count("bags") && a.kv.count("pooling"))
+    throw fc::InvalidArgument("op embedding: --bags and --pooling are one option; give one");
   const sim::Options o = options(a);
+  const std::vector<int> nodes = nodes_list(a, "2");
+  for (int n : nodes) (void)cluster(a, n);
   const bool perf = a.kv.count("perf-bytes") > 0;
-  const auto perf_bytes = static_cast<std::int64_t>(num(a, "perf-bytes", 0));
-  for (int n : nodes_list(a, "2")) {
+  const auto perf_bytes = integer(a, "perf-bytes", 0, 1, kMaxCount);
+  for (int n : nodes) {
     const sim::Cluster c = cluster(a, n);
     const int P = c.ranks();
     std::function<sim::Program(int, fc::Mode)> prog;
@@ -210,16 +324,20 @@ int op(const Args& a) {
         pb = sim::perf_embedding(P, perf_bytes);
       } else {
         sim::EmbeddingOp e;
-        e.tables = static_cast<std::int64_t>(num(a, "tables", 26));
-        e.dim = static_cast<std::int64_t>(num(a, "dim", 128));
-        e.global_batch = static_cast<std::int64_t>(num(a, "batch", 65536));
-        const std::string bags = get(a, "bags", get(a, "pooling", "1"));
+        e.tables = integer(a, "tables", 26, 1, kMaxCount);
+        e.dim = integer(a, "dim", 128, 1, kMaxCount);
+        e.global_batch = integer(a, "batch", 65536, 1, kMaxCount);
+        const std::string key = a.kv.count("pooling") ? "pooling" : "bags";
+        const std::string bags = get(a, key, "1");
         const auto dash = bags.find('-');
-        char* end = nullptr;
-        e.min_bag = std::strtol(bags.c_str(), &end, 10);
-        e.max_bag = dash == std::string::npos ? e.min_bag : std::strtol(bags.c_str() + dash + 1, &end, 10);
-        if (end == bags.c_str() || *end != '\0')
-          throw fc::InvalidArgument("--bags '" + bags + "': L or MIN-MAX lookups per bag");
+        e.min_bag = to_integer("--" + key + " (lookups per bag, L or MIN-MAX)",
+                               bags.substr(0, dash), 0, kMaxCount);
+        e.max_bag = dash == std::string::npos
+                        ? e.min_bag
+                        : to_integer("--" + key + " (lookups per bag, L or MIN-MAX)",
+                                     bags.substr(dash + 1), 0, kMaxCount);
+        if (e.max_bag < e.min_bag)
+          throw fc::InvalidArgument("--" + key + " = " + bags + ": MIN > MAX");
         pb = sim::embedding_problem(e, P);
       }
       prog = [pb, c](int r, fc::Mode m) { return sim::embedding_program(pb, c, r, m); };
@@ -229,10 +347,10 @@ int op(const Args& a) {
         pb = sim::perf_gemm(P, perf_bytes);
       } else {
         sim::GemmOp g;
-        g.experts = static_cast<std::int64_t>(num(a, "experts", 0));
-        g.tokens = static_cast<std::int64_t>(num(a, "tokens", 4096));
-        g.k = static_cast<std::int64_t>(num(a, "k", 1024));
-        g.n = static_cast<std::int64_t>(num(a, "n", 1024));
+        g.experts = integer(a, "experts", 0, 0, kMaxCount);
+        g.tokens = integer(a, "tokens", 4096, 1, kMaxCount);
+        g.k = integer(a, "k", 1024, 1, kMaxCount);
+        g.n = integer(a, "n", 1024, 1, kMaxCount);
         pb = sim::gemm_problem(g, P);
       }
       prog = [pb, c](int r, fc::Mode m) { return sim::gemm_program(pb, c, r, m); };
@@ -242,9 +360,9 @@ int op(const Args& a) {
         pb = sim::perf_gemv(P, perf_bytes);
       } else {
         sim::GemvOp g;
-        g.m = static_cast<std::int64_t>(num(a, "m", 1));
-        g.k = static_cast<std::int64_t>(num(a, "k", 8192));
-        g.n = static_cast<std::int64_t>(num(a, "n", 8192));
+        g.m = integer(a, "m", 1, 1, kMaxCount);
+        g.k = integer(a, "k", 8192, 1, kMaxCount);
+        g.n = integer(a, "n", 8192, 1, kMaxCount);
         pb = sim::gemv_problem(g, P);
       }
       prog = [pb, c](int r, fc::Mode m) { return sim::gemv_program(pb, c, r, m); };
@@ -362,10 +480,14 @@ int sweep(const Args& a) {
   Args with = a;
   with.kv.emplace("merge-us", "5");
   const sim::Options o = options(with);
-  const auto points = sim::sweep_points(get(a, "workload", "all"), a.kv.count("fine") > 0);
+  if (a.kv.count("fine") && a.kv.count("quick"))
+    throw fc::InvalidArgument("sweep: --fine or --quick, not both");
+  const sim::Grid grid = a.kv.count("quick")  ? sim::Grid::quick
+                         : a.kv.count("fine") ? sim::Grid::fine
+                                              : sim::Grid::coarse;
+  const auto points = sim::sweep_points(get(a, "workload", "all"), grid);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const int jobs = static_cast<int>(num(a, "jobs", static_cast<double>(std::max(1L, cpus))));
-  if (jobs < 1) throw fc::InvalidArgument("--jobs must be >= 1");
+  const int jobs = static_cast<int>(integer(a, "jobs", std::max(1L, cpus), 1, 1024));
   const std::string path = get(a, "csv", "sim_sweep.csv");
   std::ofstream csv(path);
   if (!csv) throw fc::InvalidArgument("cannot write --csv " + path);
@@ -389,10 +511,12 @@ int sweep(const Args& a) {
 }
 
 int transfer(const Args& a) {
-  const sim::Cluster c = cluster(a, nodes_list(a, "2").at(0));
-  const int src = static_cast<int>(num(a, "src", 0));
-  const int dst = static_cast<int>(num(a, "dst", c.preset.links.gpus_per_node));
-  const auto bytes = static_cast<std::int64_t>(num(a, "bytes", 1 << 20));
+  const std::vector<int> nodes = nodes_list(a, "2");
+  if (nodes.size() != 1) throw fc::InvalidArgument("transfer: --nodes takes one node count");
+  const sim::Cluster c = cluster(a, nodes[0]);
+  const int src = static_cast<int>(integer(a, "src", 0, 0, c.ranks() - 1));
+  const int dst = static_cast<int>(integer(a, "dst", std::min(c.preset.links.gpus_per_node, c.ranks() - 1), 0, c.ranks() - 1));
+  const auto bytes = integer(a, "bytes", 1 << 20, 1, kMaxCount);
   const sim::Options o = options(a);
   const sim::Result r = sim::run_isolated([&] {
     sim::Result x;
@@ -414,11 +538,14 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, a.pos.empty() && !a.kv.count("help") ? stderr : stdout);
       return a.kv.count("help") ? 0 : 2;
     }
-    if (a.pos[0] == "dlrm") return dlrm(a);
-    if (a.pos[0] == "op") return op(a);
-    if (a.pos[0] == "transfer") return transfer(a);
-    if (a.pos[0] == "sweep") return sweep(a);
-    throw fc::InvalidArgument("unknown command '" + a.pos[0] + "' (dlrm, op, sweep or transfer)");
+    const std::string& command = a.pos[0];
+    if (!kCommandOptions.count(command))
+      throw fc::InvalidArgument("unknown command '" + command + "' (dlrm, op, sweep or transfer)");
+    check_args(a, command);
+    if (command == "dlrm") return dlrm(a);
+    if (command == "op") return op(a);
+    if (command == "transfer") return transfer(a);
+    return sweep(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fusedcoll-sim: %s\n", e.what());
     return 1;

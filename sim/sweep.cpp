@@ -19,10 +19,13 @@ constexpr std::int64_t kGemvK = 28672;
 /// MoE: one expert per device, each an FFN's down projection (14336 -> 4096, as Mixtral's).
 constexpr std::int64_t kMoeK = 14336;
 
-/// A map: two axes through the workload's default point.
+/// A map's axis: its values in each grid.
 struct Axis {
   std::string name;
-  std::vector<double> coarse, fine;
+  std::vector<double> quick, coarse, fine;
+  const std::vector<double>& values(Grid g) const {
+    return g == Grid::quick ? quick : g == Grid::fine ? fine : coarse;
+  }
 };
 
 void set(SweepPoint& p, const std::string& axis, double v) {
@@ -40,10 +43,11 @@ void set(SweepPoint& p, const std::string& axis, double v) {
     p.gpus_per_node = static_cast<int>(v);
 }
 
+/// Every point of the map y x x through `base`.
 void add_map(std::vector<SweepPoint>& out, const SweepPoint& base, const Axis& y, const Axis& x,
-             bool fine) {
-  for (double yv : fine ? y.fine : y.coarse)
-    for (double xv : fine ? x.fine : x.coarse) {
+             Grid grid) {
+  for (double yv : y.values(grid))
+    for (double xv : x.values(grid)) {
       SweepPoint p = base;
       p.map = y.name + "-" + x.name;
       p.y_name = y.name;
@@ -56,8 +60,9 @@ void add_map(std::vector<SweepPoint>& out, const SweepPoint& base, const Axis& y
     }
 }
 
-const Axis kNic{"nic_gbit", {25, 100, 400}, {25, 50, 100, 200, 400}};
-const Axis kNodes{"nodes", {8, 32, 128}, {8, 16, 32, 64, 128}};
+const Axis kNic{"nic_gbit", {25, 400}, {25, 100, 400}, {25, 50, 100, 200, 400}};
+const Axis kNodes{"nodes", {8, 16}, {8, 32, 128}, {8, 16, 32, 64, 128}};
+const Axis kGpus{"gpus_per_node", {2, 8}, {1, 2, 8}, {1, 2, 4, 8}};
 
 Dlrm dlrm_of(const SweepPoint& p, int ranks) {
   Dlrm m = mlperf_dlrm(p.pooling == 0);
@@ -89,7 +94,7 @@ double phase(const Result& r, const std::string& name) {
 
 }  // namespace
 
-std::vector<SweepPoint> sweep_points(const std::string& workloads, bool fine) {
+std::vector<SweepPoint> sweep_points(const std::string& workloads, Grid grid) {
   std::vector<std::string> which;
   std::stringstream ss(workloads);
   for (std::string w; std::getline(ss, w, ',');) {
@@ -101,36 +106,44 @@ std::vector<SweepPoint> sweep_points(const std::string& workloads, bool fine) {
       throw InvalidArgument("sweep: unknown workload '" + w + "' (dlrm, gemv, moe or all)");
     }
   }
+  if (which.empty())
+    throw InvalidArgument("sweep: no workload in '" + workloads + "' (dlrm, gemv, moe or all)");
+  // The quick grid puts every workload's default point on 8 nodes: a test of the whole path in
+  // seconds, not a map to read.
+  const int quick_nodes = 8;
   std::vector<SweepPoint> out;
   for (const std::string& w : which) {
     SweepPoint base;
     base.workload = w;
     if (w == "dlrm") {
       // MLPerf DLRM-DCNv2 at its global batch of 65,536 on 128 nodes x 8: 64 samples per device.
-      base.nodes = 128;
+      base.nodes = grid == Grid::quick ? quick_nodes : 128;
       base.samples = 64;
       base.dim = 128;
-      add_map(out, base, kNodes, kNic, fine);
-      add_map(out, base, {"samples", {64, 512, 4096}, {64, 128, 256, 512, 1024, 2048, 4096}}, kNic,
-              fine);
-      add_map(out, base, {"dim", {32, 128, 512}, {16, 32, 64, 128, 256, 512}},
-              {"pooling", {0, 1, 8}, {0, 0.5, 1, 2, 4, 8, 16}}, fine);
-      add_map(out, base, {"gpus_per_node", {1, 2, 8}, {1, 2, 4, 8}}, kNic, fine);
+      add_map(out, base, kNodes, kNic, grid);
+      add_map(out, base, {"samples", {64, 512}, {64, 512, 4096}, {64, 128, 256, 512, 1024, 2048, 4096}},
+              kNic, grid);
+      add_map(out, base, {"dim", {32, 128}, {32, 128, 512}, {16, 32, 64, 128, 256, 512}},
+              {"pooling", {0, 1}, {0, 1, 8}, {0, 0.5, 1, 2, 4, 8, 16}}, grid);
+      add_map(out, base, kGpus, kNic, grid);
     } else if (w == "gemv") {
       // Decode of 16 tokens at once, tensor-parallel over 8 nodes.
       base.nodes = 8;
       base.samples = 16;
       base.dim = 8192;
-      add_map(out, base, kNodes, kNic, fine);
-      add_map(out, base, {"batch", {1, 16, 256}, {1, 4, 16, 64, 256}}, kNic, fine);
+      add_map(out, base, kNodes, kNic, grid);
+      add_map(out, base, {"batch", {1, 16}, {1, 16, 256}, {1, 4, 16, 64, 256}}, kNic, grid);
+      add_map(out, base, kGpus, kNic, grid);
     } else {
       // 4096 tokens per device, one expert per device, over 8 nodes.
       base.nodes = 8;
       base.samples = 4096;
       base.dim = 4096;
-      add_map(out, base, kNodes, kNic, fine);
-      add_map(out, base, {"tokens", {512, 4096, 32768}, {512, 2048, 4096, 8192, 32768}}, kNic,
-              fine);
+      add_map(out, base, kNodes, kNic, grid);
+      add_map(out, base,
+              {"tokens", {512, 4096}, {512, 4096, 32768}, {512, 2048, 4096, 8192, 32768}}, kNic,
+              grid);
+      add_map(out, base, kGpus, kNic, grid);
     }
   }
   return out;

@@ -45,9 +45,13 @@ struct SweepResult {
   double cpu = 0;  ///< simulation CPU seconds, both variants
 };
 
-/// The maps' points, coarse (3 x 3 each, the default) or fine. `workloads`: a comma-separated
-/// list of dlrm, gemv, moe, or "all". Throws InvalidArgument for an unknown workload.
-std::vector<SweepPoint> sweep_points(const std::string& workloads, bool fine);
+/// How finely the maps are cut: quick (2 x 2 each, every default point on 8 nodes: a test),
+/// coarse (3 x 3, the default), fine (up to 7 x 7).
+enum class Grid : std::uint8_t { quick, coarse, fine };
+
+/// The maps' points. `workloads`: a comma-separated list of dlrm, gemv, moe, or "all". Throws
+/// InvalidArgument for an unknown workload.
+std::vector<SweepPoint> sweep_points(const std::string& workloads, Grid grid);
 
 /// Simulates one point, baseline and fused (the DLRM's forward embedding + All-to-All fused;
 /// the operators' scale_out mode), on `preset` with the point's devices per node and NIC

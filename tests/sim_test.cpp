@@ -207,9 +207,18 @@ TEST(Sim, DlrmProgramsPricedOncePerLoadAreEveryRanksOwn) {
 }
 
 TEST(Sim, SweepMapsCrossTwoAxesThroughTheDefaultPoint) {
-  const auto coarse = sim::sweep_points("all", false);
-  EXPECT_EQ(coarse.size(), 4u * 9 + 2 * 9 + 2 * 9);
-  EXPECT_GT(sim::sweep_points("all", true).size(), coarse.size());
+  const auto coarse = sim::sweep_points("all", sim::Grid::coarse);
+  EXPECT_EQ(coarse.size(), 4u * 9 + 3 * 9 + 3 * 9);
+  EXPECT_GT(sim::sweep_points("all", sim::Grid::fine).size(), coarse.size());
+  // Quick: 2 x 2 per map, every point on at most 16 nodes (a test of the path, in seconds).
+  const auto quick = sim::sweep_points("all", sim::Grid::quick);
+  EXPECT_EQ(quick.size(), 4u * 4 + 3 * 4 + 3 * 4);
+  for (const sim::SweepPoint& p : quick) EXPECT_LE(p.nodes, 16);
+  // Every workload is mapped over the devices per node and the inter-node bandwidth.
+  for (const std::string w : {"dlrm", "gemv", "moe"})
+    EXPECT_TRUE(std::any_of(coarse.begin(), coarse.end(), [&](const sim::SweepPoint& p) {
+      return p.workload == w && p.map == "gpus_per_node-nic_gbit";
+    })) << w;
   for (const sim::SweepPoint& p : coarse) {
     SCOPED_TRACE(p.workload + " " + p.map);
     EXPECT_EQ(p.map, p.y_name + "-" + p.x_name);
@@ -316,7 +325,7 @@ TEST(Sim, BadConfigurationsAreRejected) {
   EXPECT_THROW(
       {
         try {
-          (void)sim::sweep_points("dlrm,nope", false);
+          (void)sim::sweep_points("dlrm,nope", sim::Grid::coarse);
         } catch (const fc::InvalidArgument& e) {
           EXPECT_THAT(e.what(), HasSubstr("unknown workload 'nope'"));
           throw;
