@@ -4,7 +4,8 @@ through a workload's default point): each cell the simulated reduction in % (1 -
 and, below it, the overlap bound 100 min(kernel, exchange) / baseline; cells at or above the
 paper's 21% framed in black.
 
-usage: scripts/plot-sim-sweep.py IN.csv OUT.png
+usage: scripts/plot-sim-sweep.py IN.csv [IN.csv ...] OUT.png (the CSVs of one or more sweeps,
+e.g. one per workload)
 """
 import csv
 import sys
@@ -41,9 +42,12 @@ def tick(axis, v):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    rows = list(csv.DictReader(open(sys.argv[1])))
+    rows = []
+    for path in sys.argv[1:-1]:
+        with open(path) as f:
+            rows += list(csv.DictReader(f))
     maps = []  # (workload, map) in file order
     for r in rows:
         key = (r["workload"], r["map"])
@@ -91,7 +95,7 @@ def main():
             ax.set_title(TITLES.get(wl, wl) if j == 0 else "", fontsize=9.5, loc="left")
     fig.colorbar(image, ax=axes, orientation="horizontal", shrink=0.5, extend="both",
                  label=f"reduction, % of the baseline (framed: >= {PAPER:g}%, the paper's)")
-    fig.savefig(sys.argv[2], dpi=110, bbox_inches="tight")
+    fig.savefig(sys.argv[-1], dpi=110, bbox_inches="tight")
 
 
 if __name__ == "__main__":

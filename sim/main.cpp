@@ -496,6 +496,7 @@ int sweep(const Args& a) {
   std::map<std::string, std::size_t> index;
   for (const sim::SweepPoint& p : points)
     if (index.emplace(config_of(p), unique.size()).second) unique.push_back(p);
+  for (const sim::SweepPoint& p : unique) sim::check_point(p, preset);
   std::printf("sweep: %zu points (%zu configurations), %d at a time\n", points.size(),
               unique.size(), jobs);
   const std::vector<std::string> results = run_sweep(unique, preset, o, jobs);

@@ -123,7 +123,8 @@ std::vector<SweepPoint> sweep_points(const std::string& workloads, Grid grid) {
       add_map(out, base, kNodes, kNic, grid);
       add_map(out, base, {"samples", {64, 512}, {64, 512, 4096}, {64, 128, 256, 512, 1024, 2048, 4096}},
               kNic, grid);
-      add_map(out, base, {"dim", {32, 128}, {32, 128, 512}, {16, 32, 64, 128, 256, 512}},
+      // At least 64: 26 tables x 40 columns are the fewest that give each of 1,024 ranks one.
+      add_map(out, base, {"dim", {32, 128}, {64, 128, 512}, {64, 96, 128, 256, 512}},
               {"pooling", {0, 1}, {0, 1, 8}, {0, 0.5, 1, 2, 4, 8, 16}}, grid);
       add_map(out, base, kGpus, kNic, grid);
     } else if (w == "gemv") {
@@ -149,13 +150,33 @@ std::vector<SweepPoint> sweep_points(const std::string& workloads, Grid grid) {
   return out;
 }
 
-SweepResult run_point(const SweepPoint& p, const model::Preset& preset, const Options& o) {
+namespace {
+
+Cluster cluster_of(const SweepPoint& p, const model::Preset& preset) {
   Cluster c;
   c.preset = preset;
   c.preset.links.gpus_per_node = p.gpus_per_node;
   c.preset.links.nic_gbps = p.nic_gbit / 8;
   c.nodes = p.nodes;
   check(c);
+  return c;
+}
+
+}  // namespace
+
+void check_point(const SweepPoint& p, const model::Preset& preset) {
+  const Cluster c = cluster_of(p, preset);
+  const int P = c.ranks();
+  if (p.workload == "dlrm")
+    (void)shard(dlrm_of(p, P), P);
+  else if (p.workload == "gemv")
+    (void)gemv_problem({p.samples, kGemvK, p.dim}, P);
+  else
+    (void)gemm_problem({0, p.samples, kMoeK, p.dim}, P);
+}
+
+SweepResult run_point(const SweepPoint& p, const model::Preset& preset, const Options& o) {
+  const Cluster c = cluster_of(p, preset);
   const int P = c.ranks();
   SweepResult out;
   Result res[2];

@@ -53,6 +53,10 @@ enum class Grid : std::uint8_t { quick, coarse, fine };
 /// InvalidArgument for an unknown workload.
 std::vector<SweepPoint> sweep_points(const std::string& workloads, Grid grid);
 
+/// Throws InvalidArgument if the point cannot be simulated (its cluster, its sharding or its
+/// problem), without simulating it: the sweep checks every point before the first runs.
+void check_point(const SweepPoint& p, const model::Preset& preset);
+
 /// Simulates one point, baseline and fused (the DLRM's forward embedding + All-to-All fused;
 /// the operators' scale_out mode), on `preset` with the point's devices per node and NIC
 /// bandwidth. Each variant runs in a forked simulation (run_isolated); the fused one merges

@@ -214,6 +214,18 @@ TEST(Sim, SweepMapsCrossTwoAxesThroughTheDefaultPoint) {
   const auto quick = sim::sweep_points("all", sim::Grid::quick);
   EXPECT_EQ(quick.size(), 4u * 4 + 3 * 4 + 3 * 4);
   for (const sim::SweepPoint& p : quick) EXPECT_LE(p.nodes, 16);
+  // Every point of every grid can be simulated (the sweep checks them all before the first runs:
+  // dim 32 at 128 nodes would leave ranks without a column).
+  const fc::model::Preset preset = fc::model::load_preset("mi250x");
+  for (const sim::Grid g : {sim::Grid::quick, sim::Grid::coarse, sim::Grid::fine})
+    for (const sim::SweepPoint& p : sim::sweep_points("all", g)) {
+      SCOPED_TRACE(p.workload + " " + p.map + " " + std::to_string(p.y) + " " + std::to_string(p.x));
+      EXPECT_NO_THROW(sim::check_point(p, preset));
+    }
+  sim::SweepPoint narrow = coarse.front();
+  narrow.nodes = 128;
+  narrow.dim = 32;
+  EXPECT_THROW(sim::check_point(narrow, preset), fc::InvalidArgument);
   // Every workload is mapped over the devices per node and the inter-node bandwidth.
   for (const std::string w : {"dlrm", "gemv", "moe"})
     EXPECT_TRUE(std::any_of(coarse.begin(), coarse.end(), [&](const sim::SweepPoint& p) {
