@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fusedcoll/detail/cli.hpp"
 #include "fusedcoll/error.hpp"
 #include "sim/dlrm.hpp"
 #include "sim/ops.hpp"
@@ -129,18 +130,7 @@ std::string get(const Args& a, const std::string& k, const std::string& d) {
 /// `s` as an integer in [lo, hi], all of it (no "5x", "1.5" or "1e3"); `what` names it.
 std::int64_t to_integer(const std::string& what, const std::string& s, std::int64_t lo,
                         std::int64_t hi) {
-  std::int64_t v = 0;
-  const char* end = s.data() + s.size();
-  const auto [ptr, ec] = std::from_chars(s.data(), end, v);
-  if (ec == std::errc::result_out_of_range)
-    throw fc::InvalidArgument(what + " = '" + s + "' is out of range [" + std::to_string(lo) +
-                              ", " + std::to_string(hi) + "]");
-  if (s.empty() || ec != std::errc() || ptr != end)
-    throw fc::InvalidArgument(what + " = '" + s + "' is not an integer");
-  if (v < lo || v > hi)
-    throw fc::InvalidArgument(what + " = " + s + " is out of range [" + std::to_string(lo) + ", " +
-                              std::to_string(hi) + "]");
-  return v;
+  return fc::detail::cli::parse_integer(what, s, lo, hi);
 }
 
 /// Option `k` as an integer in [lo, hi], or `d` when absent.
@@ -150,24 +140,25 @@ std::int64_t integer(const Args& a, const std::string& k, std::int64_t d, std::i
   return it == a.kv.end() ? d : to_integer("--" + k, it->second, lo, hi);
 }
 
-/// Option `k` as a finite number >= lo (> lo when `open`), or `d` when absent.
-double real(const Args& a, const std::string& k, double d, double lo, bool open) {
+/// Option `k` as a number in [lo, hi] ((lo, hi] when `open`), or `d` when absent.
+double real(const Args& a, const std::string& k, double d, double lo, double hi, bool open) {
   const auto it = a.kv.find(k);
   if (it == a.kv.end()) return d;
-  const std::string& s = it->second;
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
-    throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
-  if (std::isnan(v)) throw fc::InvalidArgument("--" + k + " = '" + s + "' is not a number");
-  if (errno == ERANGE || !std::isfinite(v))
-    throw fc::InvalidArgument("--" + k + " = '" + s + "' is out of range");
-  if (open ? !(v > lo) : !(v >= lo)) {
-    std::ostringstream m;
-    m << "--" << k << " = " << s << " must be " << (open ? "> " : ">= ") << lo;
-    throw fc::InvalidArgument(m.str());
-  }
+  const double v = fc::detail::cli::parse_number("--" + k, it->second, lo, hi);
+  if (open && !(v > lo))
+    throw fc::InvalidArgument("--" + k + " '" + it->second + "' must be > " +
+                              fc::detail::make_string(lo));
+  return v;
+}
+
+/// Option `k` as a byte count (K, M, G suffixes) in [1, hi], or `d` when absent.
+std::int64_t bytes(const Args& a, const std::string& k, std::int64_t d, std::int64_t hi) {
+  const auto it = a.kv.find(k);
+  if (it == a.kv.end()) return d;
+  const std::int64_t v = fc::detail::cli::parse_bytes("--" + k, it->second);
+  if (v < 1 || v > hi)
+    throw fc::InvalidArgument("--" + k + " '" + it->second + "' is not a byte count in [1, " +
+                              std::to_string(hi) + "]");
   return v;
 }
 
@@ -197,16 +188,16 @@ sim::Cluster cluster(const Args& a, int nodes) {
   if (a.kv.count("gpus-per-node")) c.preset.links.gpus_per_node = static_cast<int>(integer(a, "gpus-per-node", 0, 1, kMaxNodes));
   c.nodes = nodes;
   c.radix = static_cast<int>(integer(a, "radix", 8, 1, kMaxNodes));
-  c.taper = real(a, "taper", 1, 1, false);
+  c.taper = real(a, "taper", 1, 1, 1e6, false);
   sim::check(c);
   return c;
 }
 
 sim::Options options(const Args& a) {
   sim::Options o;
-  o.merge_window = real(a, "merge-us", 1, 0, false) * 1e-6;
+  o.merge_window = real(a, "merge-us", 1, 0, 1e9, false) * 1e-6;
   o.network_model = get(a, "network-model", "CM02");
-  o.time_precision = real(a, "precision-us", 1, 0, true) * 1e-6;
+  o.time_precision = real(a, "precision-us", 1, 0, 1e6, true) * 1e-6;
   return o;
 }
 
@@ -313,7 +304,7 @@ int op(const Args& a) {
   const std::vector<int> nodes = nodes_list(a, "2");
   for (int n : nodes) (void)cluster(a, n);
   const bool perf = a.kv.count("perf-bytes") > 0;
-  const auto perf_bytes = integer(a, "perf-bytes", 0, 1, kMaxCount);
+  const auto perf_bytes = bytes(a, "perf-bytes", 0, kMaxCount);
   for (int n : nodes) {
     const sim::Cluster c = cluster(a, n);
     const int P = c.ranks();
@@ -517,16 +508,16 @@ int transfer(const Args& a) {
   const sim::Cluster c = cluster(a, nodes[0]);
   const int src = static_cast<int>(integer(a, "src", 0, 0, c.ranks() - 1));
   const int dst = static_cast<int>(integer(a, "dst", std::min(c.preset.links.gpus_per_node, c.ranks() - 1), 0, c.ranks() - 1));
-  const auto bytes = integer(a, "bytes", 1 << 20, 1, kMaxCount);
+  const std::int64_t size = bytes(a, "bytes", 1 << 20, kMaxCount);
   const sim::Options o = options(a);
   const sim::Result r = sim::run_isolated([&] {
     sim::Result x;
-    x.iteration = sim::simulate_transfer(c, src, dst, bytes, o);
+    x.iteration = sim::simulate_transfer(c, src, dst, size, o);
     return x;
   });
   std::printf("transfer %d -> %d, %lld B: simgrid %.3f us, model %.3f us\n", src, dst,
-              static_cast<long long>(bytes), r.iteration * 1e6,
-              fc::model::transfer_seconds(c.preset, src, dst, bytes) * 1e6);
+              static_cast<long long>(size), r.iteration * 1e6,
+              fc::model::transfer_seconds(c.preset, src, dst, size) * 1e6);
   return 0;
 }
 
