@@ -285,42 +285,28 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                     what, src, wg.vcu, ready * 1e6, busy * 1e6});
     }
   }
-  // Across nodes, the host's network stack: the sender's core copies the bytes into the socket
-  // and runs the protocol while they stream out (they leave from when it starts, and have left
-  // no earlier than it is done); the receiver's core does the same as they stream in.
-  const double cpu = near ? 0.0 : model::nic_cpu_seconds(preset, src, peer, std::int64_t(bytes));
-  double cpu_done = ready;
-  if (cpu > 0) {
-    ready = dev.cus[wg.vcu].book(wg.vclock, cpu);
-    wg.vclock = ready + cpu;
-    cpu_done = wg.vclock;
-    if (world.tracing) {
-      world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " tcp to r", peer,
-                                                   " ", wg.id),
-                    what, src, wg.vcu, ready * 1e6, cpu * 1e6});
-    }
-  }
   // The sender's link only: the receiver's NIC is not booked (docs/simulation.md, "Scale-out:
   // assumptions and limits": the simulator forwards across rails, which an ingress here breaks).
   const double start = link.book(ready, seconds);
-  double arrival = std::max(start + seconds, cpu_done) + latency;
+  double arrival = start + seconds + latency;
+  // Across nodes, the host's network stack (`nic_cpu_gbps`): the sender's kernel copies the bytes
+  // into the socket and runs the protocol while they stream out, from when they start on the wire
+  // (a deep NIC queue holds them, not the issuing workgroup), on whichever of its compute units
+  // can start first; they have left no earlier than it is done. The receiver's does the same as
+  // they stream in, from the first byte's arrival. The data lands at the later of the ends.
+  const double cpu = near ? 0.0 : model::nic_cpu_seconds(preset, src, peer, std::int64_t(bytes));
   if (cpu > 0) {
-    // The receiver's core takes the bytes in from when the first of them arrives: on whichever of
-    // its compute units can start first (the lowest on a tie).
-    auto& cus = devices[peer].cus;
-    const double first = start + latency;
-    std::size_t best = 0;
-    double best_at = cus[0].fit(first, cpu);
-    for (std::size_t c = 1; c < cus.size(); ++c) {
-      const double at = cus[c].fit(first, cpu);
-      if (at < best_at) best = c, best_at = at;
-    }
-    cus[best].book(best_at, cpu);
-    arrival = std::max(arrival, best_at + cpu);
+    const auto [out_cu, out_at] = book_first_free(src, start, cpu);
+    arrival = std::max(arrival, out_at + cpu + latency);
+    const auto [in_cu, in_at] = book_first_free(peer, start + latency, cpu);
+    arrival = std::max(arrival, in_at + cpu);
     if (world.tracing) {
+      world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " tcp to r", peer,
+                                                   " ", wg.id),
+                    what, src, out_cu, out_at * 1e6, cpu * 1e6});
       world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " tcp from r", src,
                                                    " ", wg.id),
-                    what, peer, int(best), best_at * 1e6, cpu * 1e6});
+                    what, peer, in_cu, in_at * 1e6, cpu * 1e6});
     }
   }
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
@@ -332,6 +318,18 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                   src, track, start * 1e6, seconds * 1e6});
   }
   return arrival;
+}
+
+std::pair<int, double> VirtualTime::book_first_free(int rank, double from, double seconds) {
+  auto& cus = devices[rank].cus;
+  std::size_t best = 0;
+  double best_at = cus[0].fit(from, seconds);
+  for (std::size_t c = 1; c < cus.size(); ++c) {
+    const double at = cus[c].fit(from, seconds);
+    if (at < best_at) best = c, best_at = at;
+  }
+  cus[best].book(best_at, seconds);
+  return {int(best), best_at};
 }
 
 double VirtualTime::signal_arrival(const WgState& wg, int peer) const {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <queue>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "emu/scheduler.hpp"
@@ -120,11 +121,17 @@ struct VirtualTime {
   /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
   /// copy's time at the device's share of a shared node memory, and inside a node the issuing
   /// compute unit for `put_cu_share` of that time first (advancing the workgroup's clock);
-  /// across nodes the sender's NIC, and with `nic_cpu_gbps` the issuing compute unit and then a compute unit of `peer` for the bytes'
-  /// CPU time (`model::nic_cpu_seconds`). Returns the arrival time.
+  /// across nodes the sender's NIC, and with `nic_cpu_gbps` a compute unit of the sender from
+  /// when the bytes start on the wire and one of `peer` from when they arrive, for the bytes' CPU
+  /// time each (`model::nic_cpu_seconds`; the issuing workgroup is not held). Returns the arrival
+  /// time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
   double signal_arrival(const WgState& wg, int peer) const;
+
+  /// Books `seconds` on whichever compute unit of `rank` can start them first at or after
+  /// `from` (the lowest on a tie); returns that unit and the start.
+  std::pair<int, double> book_first_free(int rank, double from, double seconds);
 
   /// The host thread `rank`'s virtual time (locks `mu`).
   double now(int rank);

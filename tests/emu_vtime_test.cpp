@@ -113,15 +113,16 @@ std::vector<double> clocks_of(const World& world) {
 /// stack's CPU cost `nic_cpu_gbps` (0: none): every (sender, receiver) of `puts` sends 1000 bytes
 /// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
 /// bytes on its compute unit (1 us per 500; none where empty), then puts, then waits for every
-/// put to it. Returns every rank's clock after the run.
+/// put to it. The NICs carry `nic_gbps`. Returns every rank's clock after the run.
 std::vector<double> run_puts(int gpus_per_node, int nics, double nic_cpu_gbps,
                              const std::vector<std::pair<int, int>>& puts,
-                             std::vector<std::int64_t> copy_bytes = {}) {
+                             std::vector<std::int64_t> copy_bytes = {}, double nic_gbps = 1) {
   WorldOptions o = virtual_world(2 * gpus_per_node, 1);
   auto p = std::make_shared<fc::model::Preset>(*o.model);
   p->links.gpus_per_node = gpus_per_node;
   p->links.nics_per_node = nics;
   p->links.nic_cpu_gbps = nic_cpu_gbps;
+  p->links.nic_gbps = nic_gbps;
   o.model = p;
   copy_bytes.resize(static_cast<std::size_t>(2 * gpus_per_node), 0);
   World world(o);
@@ -200,6 +201,20 @@ TEST(EmuVirtualTime, APutAcrossNodesCostsBothCoresTheNetworkStack) {
   expect_times(puts_across({{2, 0}}, 0, {0, 0, 1500, 0}), {11e-6, 5e-6, 11e-6, 5e-6});
   // Inside a node the cost does not apply: OnePut's 8 us.
   expect_times(puts_across({{2, 3}}, 0.5), {5e-6, 5e-6, 8e-6, 8e-6});
+}
+
+TEST(EmuVirtualTime, TheSendersNetworkStackRunsWhenItsBytesStartOnTheWire) {
+  // A NIC of 0.25 GB/s (1000 bytes: 4 us) and nic_cpu_gbps = 0.5 (2 us a put at each end). Rank 2
+  // puts twice to rank 0, across nodes, then once to rank 3 on its own node. The first put's
+  // bytes cross 5-9 and the second's queue behind them, 9-13; the sender's stack runs from each
+  // one's start on the wire (5-7, 9-11), not at issue, and holds no workgroup: the put to rank 3
+  // leaves at 5 (1 us on its link) and lands at 8. Rank 0 takes the bytes in 7-9 and 11-13; the
+  // second put lands at 13 + 2 = 15. Booked at issue instead, the stack would hold the workgroup
+  // 5-9 and the put to rank 3 would land at 12.
+  expect_times(run_puts(2, 0, 0.5, {{2, 0}, {2, 0}, {2, 3}}, {}, 0.25),
+               {15e-6, 5e-6, 15e-6, 8e-6});
+  // So the stack hides under the wire entirely: without it, the same times.
+  expect_times(run_puts(2, 0, 0, {{2, 0}, {2, 0}, {2, 3}}, {}, 0.25), {15e-6, 5e-6, 15e-6, 8e-6});
 }
 
 /// Rank 0 puts 1000 bytes with a signal to rank 1 (the OnePut kernel), then copies `copy_bytes`
