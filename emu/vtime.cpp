@@ -80,6 +80,7 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   }
   for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
   nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
+  ingress.resize(nics.size());
   if (model::shares_node_memory(preset)) {
     const int g = preset.links.gpus_per_node;
     for (int r = 0; r < world.size; ++r)
@@ -185,6 +186,7 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   for (auto& cu : devices[rank].cus) cu.forget_before(cu_from);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
   nics[devices[rank].nic].forget_before(nic_from);
+  ingress[devices[rank].nic].forget_before(world_from);  // booked by senders on other nodes
   for (auto& wg : k.wgs) {
     wg->vcu = wg->id % cus;
     wg->vclock = start;
@@ -285,9 +287,22 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                     what, src, wg.vcu, ready * 1e6, busy * 1e6});
     }
   }
-  // The sender's link only: the receiver's NIC is not booked (docs/simulation.md, "Scale-out:
-  // assumptions and limits": the simulator forwards across rails, which an ingress here breaks).
-  const double start = link.book(ready, seconds);
+  // Across nodes the bytes also hold the NIC they enter the destination node through, the one of
+  // the sender's rail, for the same stretch (docs/simulation.md, "The receiver's NIC"): the
+  // earliest stretch at or after `ready` that both have free.
+  double start = ready;
+  if (near) {
+    start = link.book(ready, seconds);
+  } else {
+    Calendar& in = ingress[std::size_t(l.ingress_nic(src, peer))];
+    for (;;) {
+      const double out_at = link.fit(start, seconds);
+      start = in.fit(out_at, seconds);
+      if (start == out_at) break;
+    }
+    link.book(start, seconds);
+    in.book(start, seconds);
+  }
   double arrival = start + seconds + latency;
   // Across nodes, the host's network stack (`nic_cpu_gbps`): the sender's kernel copies the bytes
   // into the socket and runs the protocol while they stream out, from when they start on the wire

@@ -93,6 +93,10 @@ struct VirtualTime {
   /// The NICs' egress, per (node, NIC) (`model::Links::nic_of`): the devices sharing one take it
   /// in turn.
   std::vector<Calendar> nics;
+  /// The NICs' ingress, numbered likewise: a put across nodes holds its sender's NIC and the NIC
+  /// its bytes enter the destination node through (`model::Links::ingress_nic`, the sender's
+  /// rail) for the same stretch, so senders on one rail into one node take that NIC in turn.
+  std::vector<Calendar> ingress;
   bool stopping = false;
   std::thread driver;
 
@@ -121,7 +125,8 @@ struct VirtualTime {
   /// `bytes` from `wg`'s device to `peer` (after `issue`): books the link, for at least the
   /// copy's time at the device's share of a shared node memory, and inside a node the issuing
   /// compute unit for `put_cu_share` of that time first (advancing the workgroup's clock);
-  /// across nodes the sender's NIC, and with `nic_cpu_gbps` a compute unit of the sender from
+  /// across nodes the sender's NIC and the receiving node's NIC on the sender's rail (the same
+  /// stretch, when both are free), and with `nic_cpu_gbps` a compute unit of the sender from
   /// when the bytes start on the wire and one of `peer` from when they arrive, for the bytes' CPU
   /// time each (`model::nic_cpu_seconds`; the issuing workgroup is not held). Returns the arrival
   /// time.

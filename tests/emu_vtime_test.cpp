@@ -109,22 +109,23 @@ std::vector<double> clocks_of(const World& world) {
   return t;
 }
 
-/// Two nodes of `gpus_per_node` devices with `nics` NICs each (0: one per device) and the network
-/// stack's CPU cost `nic_cpu_gbps` (0: none): every (sender, receiver) of `puts` sends 1000 bytes
+/// `nodes` nodes of `gpus_per_node` devices with `nics` NICs each (0: one per device) and the
+/// network stack's CPU cost `nic_cpu_gbps` (0: none): every (sender, receiver) of `puts` sends 1000 bytes
 /// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
 /// bytes on its compute unit (1 us per 500; none where empty), then puts, then waits for every
 /// put to it. The NICs carry `nic_gbps`. Returns every rank's clock after the run.
 std::vector<double> run_puts(int gpus_per_node, int nics, double nic_cpu_gbps,
                              const std::vector<std::pair<int, int>>& puts,
-                             std::vector<std::int64_t> copy_bytes = {}, double nic_gbps = 1) {
-  WorldOptions o = virtual_world(2 * gpus_per_node, 1);
+                             std::vector<std::int64_t> copy_bytes = {}, double nic_gbps = 1,
+                             int nodes = 2) {
+  WorldOptions o = virtual_world(nodes * gpus_per_node, 1);
   auto p = std::make_shared<fc::model::Preset>(*o.model);
   p->links.gpus_per_node = gpus_per_node;
   p->links.nics_per_node = nics;
   p->links.nic_cpu_gbps = nic_cpu_gbps;
   p->links.nic_gbps = nic_gbps;
   o.model = p;
-  copy_bytes.resize(static_cast<std::size_t>(2 * gpus_per_node), 0);
+  copy_bytes.resize(static_cast<std::size_t>(nodes * gpus_per_node), 0);
   World world(o);
   world.run([&](fc::Communicator& comm) {
     auto& rk = rank_of(world, comm);
@@ -177,6 +178,19 @@ TEST(EmuVirtualTime, DevicesSharingANicTakeItInTurn) {
   // Four devices on two NICs: device d uses NIC d % 2, so ranks 0 and 2 share NIC 0 (rank 2
   // second, by rank), rank 1 has NIC 1 to itself; rank 3 sends nothing (5 us, its launch).
   expect_times(across_nodes(4, 2, {0, 1, 2}), {8e-6, 8e-6, 9e-6, 5e-6, 8e-6, 8e-6, 9e-6, 5e-6});
+}
+
+TEST(EmuVirtualTime, PutsIntoANodeOnOneRailShareItsNic) {
+  // Three nodes of 2 devices, one NIC per device. Ranks 2 and 4 (device 0 of nodes 1 and 2) put
+  // into rank 0 at once: both enter node 0 through its NIC 0 (their rail), so the first crosses
+  // 5-6 and lands at 8, the second waits for that NIC, crosses 6-7 and lands at 9 (incast).
+  expect_times(run_puts(2, 0, 0, {{2, 0}, {4, 0}}, {}, 1, 3), {9e-6, 5e-6, 8e-6, 5e-6, 9e-6, 5e-6});
+  // Ranks 2 and 3 (devices 0 and 1 of node 1) put into rank 0: different rails, so node 0's
+  // NICs 0 and 1 carry them side by side (the node forwards rail 1's bytes to device 0): both
+  // land at 8, as the simulator's rail-matched flows do (sim_test).
+  expect_times(run_puts(2, 0, 0, {{2, 0}, {3, 0}}, {}, 1, 3), {8e-6, 5e-6, 8e-6, 8e-6, 5e-6, 5e-6});
+  // One NIC per node: every flow into node 0 shares it, whichever device sends.
+  expect_times(run_puts(2, 1, 0, {{2, 0}, {5, 1}}, {}, 1, 3), {8e-6, 9e-6, 8e-6, 5e-6, 5e-6, 9e-6});
 }
 
 /// Two nodes of 2 devices, one NIC per device, with the network stack's CPU cost `nic_cpu_gbps`.

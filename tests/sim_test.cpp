@@ -93,6 +93,20 @@ sim::Result exchange_into(const sim::Cluster& c, const std::vector<int>& senders
   });
 }
 
+TEST(Sim, FlowsIntoANodeOnOneRailShareItsNic) {
+  // Three nodes: device 0 of nodes 1 and 2 both send into device 0 of node 0, on rail 0, so
+  // node 0's NIC 0 carries both: the second byte stream ends a transfer's bytes after the first
+  // would have alone (incast, as the emulator's ingress calendar has it: emu_vtime_test).
+  const sim::Cluster c = cluster("mi250x", 3);
+  const int G = c.preset.links.gpus_per_node;
+  const std::int64_t bytes = 8 << 20;
+  const double one = fc::model::transfer_seconds(c.preset, G, 0, bytes);
+  const double wire = bytes / (c.preset.links.nic_gbps * 1e9);
+  EXPECT_NEAR(exchange_into(c, {G, 2 * G}, 0, bytes).iteration, one + wire, 1e-6);
+  // Devices 0 and 1 of node 1 into device 0 of node 0: rails 0 and 1, node 0's NICs 0 and 1.
+  EXPECT_NEAR(exchange_into(c, {G, G + 1}, 0, bytes).iteration, one, 1e-6);
+}
+
 TEST(Sim, TheNetworkStacksCpuCostHoldsBothEnds) {
   // nic_cpu_gbps: the sender's kernel and the receiver's unpack each take bytes / rate more, so
   // the receiver is done a transfer plus that after the start; inside a node nothing changes.

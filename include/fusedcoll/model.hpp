@@ -102,6 +102,13 @@ struct Links {
   int nic_of(int r) const noexcept {
     return r / gpus_per_node * nics() + r % gpus_per_node % nics();
   }
+  /// The NIC through which bytes from rank `src` enter `dst`'s node (another node's), numbered as
+  /// `nic_of`: the one of `src`'s rail (its NIC's index within the node), from which the node
+  /// forwards them to `dst`. Every flow into a node on one rail shares that NIC's ingress; flows
+  /// on different rails do not (docs/simulation.md, "The receiver's NIC").
+  int ingress_nic(int src, int dst) const noexcept {
+    return dst / gpus_per_node * nics() + src % gpus_per_node % nics();
+  }
 };
 
 /// The costed kernels: the shared tile kernels (detail/kernels.hpp), a plain copy, and the wire
