@@ -56,6 +56,9 @@ struct WgState {
   // (seconds), its compute unit, and per peer when its latest put or store there lands.
   double vclock = 0;
   int vcu = 0;
+  // A claim the driver deferred to the compute unit's free time: when the workgroup was ready
+  // (its tile's load latency runs from there, `VirtualTime::compute`); -1 otherwise.
+  double vclaim_ready = -1;
   std::vector<double> arrivals;
 };
 

@@ -80,9 +80,11 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   }
   for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
   nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
-  ingress.resize(nics.size());
+  // Every NIC of every node with a device of the run (a node filled in part still receives on
+  // the rails of its missing devices).
+  const int g = preset.links.gpus_per_node;
+  ingress.resize(world.size > 0 ? std::size_t((world.size - 1) / g + 1) * preset.links.nics() : 0);
   if (model::shares_node_memory(preset)) {
-    const int g = preset.links.gpus_per_node;
     for (int r = 0; r < world.size; ++r)
       devices[r].node_share = std::min(g, world.size - r / g * g);  // devices on r's node
   }
@@ -118,6 +120,7 @@ void VirtualTime::unblock(int rank) {
 void VirtualTime::push(WgState* wg, double t) {
   Event e;
   e.t = std::max(t, wg->vclock);
+  e.since = e.t;
   e.rank = wg->kernel->device->rank;
   e.launch = wg->kernel->launch_index;
   e.wg = wg->id;
@@ -154,6 +157,7 @@ void VirtualTime::drive() {
         pending.push(later);
         continue;
       }
+      wg->vclaim_ready = wg->vclock;
     }
     wg->vclock = std::max(wg->vclock, e.t);
     lock.unlock();
@@ -196,6 +200,7 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
     WgState* wg = k.wgs[k.order[i]].get();
     Event e;
     e.t = start;
+    e.since = start;
     e.rank = rank;
     e.launch = k.launch_index;
     e.wg = wg->id;
@@ -237,13 +242,20 @@ double VirtualTime::now(int rank) {
 // ----------------------------------------------------------------------------------------------
 // Costs (driver thread only: the workgroup calling them is the one running)
 
-void VirtualTime::compute(WgState& wg, const char* what, double seconds, double node_seconds) {
+void VirtualTime::compute(WgState& wg, const char* what, double seconds, double node_seconds,
+                          double latency) {
   const int rank = wg.kernel->device->rank;
   // A shared node memory gives each of the node's devices an equal share: the span's bytes take
   // node_seconds times the number of devices sharing it, when that is longer.
   seconds = std::max(seconds, node_seconds * devices[rank].node_share);
-  const double start = devices[rank].cus[wg.vcu].book(wg.vclock, seconds);
-  wg.vclock = start + seconds;
+  const double ready = wg.vclock;
+  const double start = devices[rank].cus[wg.vcu].book(ready, seconds);
+  // A latency-bound workgroup waits on its loads past its share of the unit, which the other
+  // workgroups resident there use meanwhile; its loads were in flight while it waited for its
+  // turn on the unit (a claim deferred to the unit's free time, or a gap it fills).
+  const double from = wg.vclaim_ready >= 0 ? std::min(wg.vclaim_ready, ready) : ready;
+  wg.vclaim_ready = -1;
+  wg.vclock = std::max(start + seconds, from + latency);
   if (world.tracing && seconds > 0) {
     world.record({fusedcoll::detail::make_string(wg.kernel->name, " ", what, " ", wg.id), what, rank,
                   wg.vcu, start * 1e6, seconds * 1e6});
@@ -251,6 +263,7 @@ void VirtualTime::compute(WgState& wg, const char* what, double seconds, double 
 }
 
 void VirtualTime::issue(WgState& wg, int peer) {
+  wg.vclaim_ready = -1;
   const int src = wg.kernel->device->rank;
   const double seconds = preset.links.put_us * 1e-6;
   if (peer == src || !(seconds > 0)) return;

@@ -49,6 +49,9 @@ class Calendar {
 /// One pending resumption: a workgroup, or a host thread at its kernel's end.
 struct Event {
   double t = 0;
+  /// When the workgroup was ready: `t`, or earlier for a claim deferred to its compute unit's
+  /// free time. Of the claims a unit takes at one time, the one waiting longest goes first.
+  double since = 0;
   bool host = false;
   int rank = 0;
   std::uint64_t launch = 0;
@@ -59,6 +62,7 @@ struct Event {
     if (host != o.host) return !host;  // hosts first
     if (rank != o.rank) return rank > o.rank;
     if (launch != o.launch) return launch > o.launch;
+    if (since != o.since) return since > o.since;
     return wg > o.wg;
   }
 };
@@ -117,8 +121,11 @@ struct VirtualTime {
 
   /// `seconds` on workgroup `wg`'s compute unit, from its clock, of work whose bytes take
   /// `node_seconds` of the node's whole memory (`model::node_memory_seconds`): where that is
-  /// shared, the span lasts at least `node_seconds` times `node_share`. Advances the clock.
-  void compute(WgState& wg, const char* what, double seconds, double node_seconds);
+  /// shared, the span lasts at least `node_seconds` times `node_share`. The workgroup is done no
+  /// earlier than `latency` after its clock (`model::latency_seconds`: its rounds of loads),
+  /// though its compute unit is free for others after the span. Advances the clock.
+  void compute(WgState& wg, const char* what, double seconds, double node_seconds,
+               double latency = 0);
   /// The issuing compute unit's cost of one put, store or signal to `peer` (`put_us`; nothing
   /// to itself): advances the workgroup's clock.
   void issue(WgState& wg, int peer);

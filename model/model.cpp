@@ -163,6 +163,16 @@ double seconds(const Preset& p, const Work& w) {
   return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
 }
 
+double load_round_bytes(Kernel k) {
+  const bool scalar = k == Kernel::gemm || k == Kernel::gemv || k == Kernel::embedding;
+  return kWorkgroupThreads * (scalar ? 4.0 : 16.0);
+}
+
+double latency_seconds(const Preset& p, const Work& w) {
+  if (!(p.device.load_latency_us > 0)) return 0;
+  return w.bytes / load_round_bytes(w.kernel) * p.device.load_latency_us * 1e-6;
+}
+
 bool shares_node_memory(const Preset& p) {
   return p.device.node_memory_gbps < p.links.gpus_per_node * p.device.memory_gbps;
 }
@@ -224,6 +234,7 @@ constexpr Field kFields[] = {
     {"device", "node_memory_gbps", Type::number, 0, 1e6, true, "GB/s"},
     {"device", "gemm_pack_rows", Type::integer, 0, 64, false, "", true},
     {"device", "gemm_cold_gbps", Type::number, 0, 1e6, false, "GB/s", true},
+    {"device", "load_latency_us", Type::number, 0, 1e6, false, "us", true},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
@@ -284,6 +295,7 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.launch_us") return &p.device.launch_us;
   if (field == "device.node_memory_gbps") return &p.device.node_memory_gbps;
   if (field == "device.gemm_cold_gbps") return &p.device.gemm_cold_gbps;
+  if (field == "device.load_latency_us") return &p.device.load_latency_us;
   if (field == "links.put_us") return &p.links.put_us;
   if (field == "links.put_cu_share") return &p.links.put_cu_share;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
@@ -442,7 +454,8 @@ std::string to_text(const Preset& p) {
       << "launch_us = " << p.device.launch_us << "\n"
       << "node_memory_gbps = " << p.device.node_memory_gbps << "\n"
       << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n"
-      << "gemm_cold_gbps = " << p.device.gemm_cold_gbps << "\n\n[links]\n"
+      << "gemm_cold_gbps = " << p.device.gemm_cold_gbps << "\n"
+      << "load_latency_us = " << p.device.load_latency_us << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"

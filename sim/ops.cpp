@@ -4,7 +4,7 @@
 // `WgContext::claim`): in tile order, each goes to the compute unit that frees first; the
 // collectives' and the owners' reductions are dealt statically, tiles w, w + grid, ... to
 // workgroup w. A CU runs its tiles back to back, each for the cost model's seconds of the tile's
-// work. Copies and reductions after the data landed are priced per workgroup the same way (the
+// work (a latency-bound tile holds its workgroup longer, not its CU: model::latency_seconds). Copies and reductions after the data landed are priced per workgroup the same way (the
 // busiest CU's sum), not spread over the device: a kernel whose copy falls to few workgroups is
 // that slow in the emulator too.
 #include "sim/ops.hpp"
@@ -25,18 +25,17 @@ namespace {
 
 int cus(const Cluster& c) { return c.preset.device.compute_units; }
 double launch(const Cluster& c) { return model::launch_seconds(c.preset); }
-double secs(const Cluster& c, const model::Work& w) { return model::seconds(c.preset, w); }
 
 /// A fused kernel's tiles in plan order on `k`: under scale_up each remote tile's bytes leave as
 /// it ends; under scale_out the time each remote destination's slice is complete (its last tile's
-/// end) is returned. `tile(i)` gives {seconds, destination, bytes} of tile i.
+/// end) is returned. `tile(i)` gives {cost, destination, bytes} of tile i.
 template <class TileOf>
 std::vector<double> run_fused_tiles(const Cluster& c, Kernel& k, std::size_t tiles, int me, int P,
                                     Mode mode, Step& x, TileOf tile) {
   std::vector<double> slice_end(static_cast<std::size_t>(P), 0.0);
   for (std::size_t i = 0; i < tiles; ++i) {
-    const auto [seconds, q, bytes] = tile(i);
-    const double end = launch(c) + k.claim(seconds);
+    const auto [cost, q, bytes] = tile(i);
+    const double end = launch(c) + k.claim(cost);
     if (q == me) continue;
     if (mode == Mode::scale_up)
       x.sends.push_back({end, q, bytes});
@@ -52,9 +51,9 @@ class Panels {
  public:
   explicit Panels(const detail::gemm::Plan& pl)
       : pl_(pl), seen_(static_cast<std::size_t>(std::max<std::int64_t>(1, pl.panels())), 0) {}
-  double seconds(const Cluster& c, const detail::gemm::Tile& t) {
+  Cost cost(const Cluster& c, const detail::gemm::Tile& t) {
     const bool first = std::exchange(seen_[static_cast<std::size_t>(pl_.panel_of(t))], 1) == 0;
-    return secs(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl_.K, first));
+    return cost_of(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl_.K, first));
   }
 
  private:
@@ -79,7 +78,39 @@ Kernel::Kernel(const Cluster& c, std::size_t work)
                                         static_cast<std::size_t>(cus(c)))),
       cu_(static_cast<std::size_t>(cus(c)), 0.0) {}
 
-double Kernel::claim(double seconds) {
+Cost cost_of(const Cluster& c, const model::Work& w) {
+  return {model::seconds(c.preset, w), model::latency_seconds(c.preset, w)};
+}
+
+void Kernel::track_workgroups() {
+  if (!wg_.empty()) return;
+  // Until now no item outlasted its unit's time: every workgroup was free by its unit's time.
+  wg_.assign(static_cast<std::size_t>(grid_), 0.0);
+  free_.clear();
+}
+
+double Kernel::book(std::size_t w, Cost cost) {
+  double& unit = cu_[w % cu_.size()];
+  // The item's loads are in flight from the workgroup's own free time, while it waits for its
+  // turn on the unit (as the emulator counts them).
+  const double start = std::max(wg_[w], unit);
+  unit = start + cost.seconds;
+  wg_[w] = std::max(unit, wg_[w] + cost.latency);
+  return wg_[w];
+}
+
+double Kernel::claim(Cost cost) {
+  if (cost.latency > 0) track_workgroups();
+  if (!wg_.empty()) {
+    std::size_t best = 0;
+    double best_at = std::max(wg_[0], cu_[0]);
+    for (std::size_t w = 1; w < wg_.size(); ++w) {
+      const double at = std::max(wg_[w], cu_[w % cu_.size()]);
+      if (at < best_at || (at == best_at && wg_[w] < wg_[best])) best = w, best_at = at;
+    }
+    return book(best, cost);
+  }
+  const double seconds = cost.seconds;
   // The CUs the grid occupies by (free time, index) in a min-heap: a 128-node iteration claims
   // ~10^7 tiles, and a scan of 100+ CUs per claim was most of its simulation time.
   const auto later = [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
@@ -97,24 +128,34 @@ double Kernel::claim(double seconds) {
   return end;
 }
 
-double Kernel::deal(std::size_t i, double seconds) {
+double Kernel::deal(std::size_t i, Cost cost) {
   free_.clear();
-  return cu_[(i % static_cast<std::size_t>(grid_)) % cu_.size()] += seconds;
+  if (cost.latency > 0) track_workgroups();
+  if (!wg_.empty()) return book(i % static_cast<std::size_t>(grid_), cost);
+  return cu_[(i % static_cast<std::size_t>(grid_)) % cu_.size()] += cost.seconds;
 }
 
-void Kernel::add(int w, double seconds) {
+void Kernel::add(int w, Cost cost) {
   free_.clear();
-  cu_[static_cast<std::size_t>(w) % cu_.size()] += seconds;
+  if (cost.latency > 0) track_workgroups();
+  if (!wg_.empty()) {
+    book(static_cast<std::size_t>(w) % wg_.size(), cost);
+    return;
+  }
+  cu_[static_cast<std::size_t>(w) % cu_.size()] += cost.seconds;
 }
 
-double Kernel::makespan() const { return *std::max_element(cu_.begin(), cu_.end()); }
+double Kernel::makespan() const {
+  const double units = *std::max_element(cu_.begin(), cu_.end());
+  return wg_.empty() ? units : std::max(units, *std::max_element(wg_.begin(), wg_.end()));
+}
 
 double Kernel::seconds() const { return launch(*c_) + makespan(); }
 
 double copy_kernel(const Cluster& c, std::size_t work,
                    const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes) {
   Kernel k(c, work);
-  for (int w = 0; w < k.grid(); ++w) k.add(w, secs(c, model::copy(bytes(w, k.grid()))));
+  for (int w = 0; w < k.grid(); ++w) k.add(w, cost_of(c, model::copy(bytes(w, k.grid()))));
   return k.makespan();
 }
 
@@ -202,7 +243,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
     const std::int64_t t = pl.ids[static_cast<std::size_t>(pl.me)][static_cast<std::size_t>(k)];
     std::int64_t rows = 0;
     for (std::int64_t b = b0; b < b1; ++b) rows += pb.bag_length(t, b);
-    return secs(c, model::embedding(rows, b1 - b0, pl.D, index_bytes, pb.weighted));
+    return cost_of(c, model::embedding(rows, b1 - b0, pl.D, index_bytes, pb.weighted));
   };
   return embedding_steps(pl, cost, c, mode, "embedding_alltoall", "embedding_alltoall");
 }
@@ -213,7 +254,7 @@ double expert_kernel_seconds(const detail::gemm::Plan& pl, const Cluster& c) {
   const std::vector<detail::gemm::Tile> tiles = pl.unfused_tiles();
   Kernel k(c, tiles.size());
   Panels panels(pl);
-  for (const detail::gemm::Tile& t : tiles) k.claim(panels.seconds(c, t));
+  for (const detail::gemm::Tile& t : tiles) k.claim(panels.cost(c, t));
   return k.seconds();
 }
 
@@ -252,7 +293,7 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   Step x = exchange_step("gemm_alltoall");
   const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
     const Tile& t = tiles[i];
-    return std::tuple{panels.seconds(c, t), t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4};
+    return std::tuple{panels.cost(c, t), t.s, (t.r1 - t.r0) * (t.n1 - t.n0) * 4};
   });
   x.seconds = k.seconds();
   if (mode == Mode::scale_out) {
@@ -280,7 +321,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
   a.k_splits = pb.k_splits;
   const Plan p(a, rank, c.ranks());
   const int P = p.P, me = p.me;
-  auto cost = [&](const Tile& t) { return secs(c, model::gemv(p.m, p.k, t.n1 - t.n0)); };
+  auto cost = [&](const Tile& t) { return cost_of(c, model::gemv(p.m, p.k, t.n1 - t.n0)); };
   Program prog;
   if (mode == Mode::unfused) {
     Kernel k1(c, p.tiles.size());
@@ -304,8 +345,8 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     Kernel red(c, items);
     for (std::size_t i = 0; i < op.reduce.size(); ++i) {
       const std::int64_t n = op.span(op.reduce[i]).length;
-      red.deal(i, secs(c, model::copy(n * 4)) + secs(c, model::reduce(n * (P - 1))) +
-                      secs(c, model::copy(n * 4)));
+      red.deal(i, cost_of(c, model::copy(n * 4)) + cost_of(c, model::reduce(n * (P - 1))) +
+                      cost_of(c, model::copy(n * 4)));
     }
     rs.after = red.makespan();
     prog.push_back(std::move(rs));
@@ -314,7 +355,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
       if (q != me && mine > 0) ag.sends.push_back({0.0, q, mine * 4});
     Kernel col(c, items);
     for (std::size_t i = 0; i < op.collect.size(); ++i)
-      col.deal(i, secs(c, model::copy(op.span(op.collect[i]).length * 4)));
+      col.deal(i, cost_of(c, model::copy(op.span(op.collect[i]).length * 4)));
     ag.after = col.makespan();
     prog.push_back(std::move(ag));
     return prog;
@@ -342,7 +383,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
       const double end = red.deal(
-          i, secs(c, model::copy(tile_floats * 4)) + secs(c, model::reduce(tile_floats * (P - 1))));
+          i, cost_of(c, model::copy(tile_floats * 4)) + cost_of(c, model::reduce(tile_floats * (P - 1))));
       for (int q = 0; q < P; ++q)
         if (q != me) ag.sends.push_back({end, q, p.m * (t.n1 - t.n0) * 4});
     }
@@ -354,7 +395,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
       const std::int64_t w = t.n1 - t.n0;
-      red.deal(i, secs(c, model::copy(p.m * w * 4)) + secs(c, model::reduce(p.m * w * (P - 1))));
+      red.deal(i, cost_of(c, model::copy(p.m * w * 4)) + cost_of(c, model::reduce(p.m * w * (P - 1))));
     }
     rs.after = red.makespan();
     for (int q = 0; q < P; ++q)
@@ -362,7 +403,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     Kernel u(c, items);
     for (int j = 0; j < P; ++j)
       u.deal(static_cast<std::size_t>(j),
-             secs(c, model::copy(p.m * p.chunks[static_cast<std::size_t>(j)].length * 4)));
+             cost_of(c, model::copy(p.m * p.chunks[static_cast<std::size_t>(j)].length * 4)));
     ag.after = u.makespan();
   }
   prog.push_back(std::move(rs));

@@ -20,9 +20,23 @@
 #include "fusedcoll/detail/embedding_plan.hpp"
 #include "fusedcoll/detail/gemm_plan.hpp"
 #include "fusedcoll/inputs.hpp"
+#include "fusedcoll/model.hpp"
 #include "sim/sim.hpp"
 
 namespace fusedcoll::sim {
+
+/// What one work item costs: its compute unit's time (`model::seconds`) and its workgroup's
+/// (`model::latency_seconds`: the item holds its workgroup at least that long from when the
+/// workgroup was free, however idle its unit; docs/simulation.md, "Latency-bound tiles"). A plain
+/// number of seconds is a cost without latency.
+struct Cost {
+  double seconds = 0, latency = 0;
+  Cost() = default;
+  Cost(double s, double l = 0) : seconds(s), latency(l) {}  // implicit: seconds alone
+};
+inline Cost operator+(Cost a, Cost b) { return {a.seconds + b.seconds, a.latency + b.latency}; }
+/// `w` priced on a device of `c`: `model::seconds` and `model::latency_seconds`.
+Cost cost_of(const Cluster& c, const model::Work& w);
 
 /// A persistent kernel on one device as the emulator runs it: grid = detail::persistent_grid(work,
 /// resident workgroups), workgroup w on compute unit w mod CUs (emu/ops.hpp `grid_for`,
@@ -34,22 +48,30 @@ class Kernel {
   int grid() const { return grid_; }
   /// The next item claimed (`WgContext::claim`): on the CU, of those the grid occupies, that frees
   /// first, the lowest on a tie (the emulator's driver resumes the lowest workgroup id first).
-  /// Returns the item's end.
-  double claim(double seconds);
+  /// With a latency, by the workgroup that can start it first (its own and its CU's free time),
+  /// on a tie the one free longest, then the lowest (the emulator's deferred claims). Returns
+  /// the item's end.
+  double claim(Cost cost);
   /// Item i dealt statically, to workgroup i mod grid (the owners' reductions, the collectives).
   /// Returns the item's end.
-  double deal(std::size_t i, double seconds);
+  double deal(std::size_t i, Cost cost);
   /// Work of workgroup w, all at once (a copy after a wait).
-  void add(int w, double seconds);
+  void add(int w, Cost cost);
   double makespan() const;
   /// From the host's call: the launch, then the makespan.
   double seconds() const;
 
  private:
+  /// Workgroup w's next item: its unit from max(its, the unit's free time), the workgroup until
+  /// the later of that plus the unit's time and its own free time plus the latency.
+  double book(std::size_t w, Cost cost);
+  void track_workgroups();
+
   const Cluster* c_;
   int grid_ = 1;
   std::vector<double> cu_;
   std::vector<std::pair<double, int>> free_;  ///< claim's heap of the grid's CUs (empty: rebuild)
+  std::vector<double> wg_;  ///< each workgroup's free time, once an item has a latency (else empty)
 };
 
 /// The makespan of a copy kernel over `work` items whose workgroup w of `grid` copies
@@ -62,8 +84,8 @@ double copy_kernel(const Cluster& c, std::size_t work,
 
 /// What prices one rank's EmbeddingAllToAll besides its plan.
 struct EmbeddingCost {
-  /// Seconds of pooling samples [b0, b1) (global ids) of local table k.
-  std::function<double(int k, std::int64_t b0, std::int64_t b1)> pool;
+  /// The cost of pooling samples [b0, b1) (global ids) of local table k.
+  std::function<Cost(int k, std::int64_t b0, std::int64_t b1)> pool;
   /// [T] floats per sample of each table (global ids, Plan::ids): the plan's D for the operator;
   /// a shard's columns where a model cuts tables by column (sim/dlrm.cpp). A slice carries its
   /// source's widths, a scale_up tile its table's.

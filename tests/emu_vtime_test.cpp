@@ -113,19 +113,20 @@ std::vector<double> clocks_of(const World& world) {
 /// network stack's CPU cost `nic_cpu_gbps` (0: none): every (sender, receiver) of `puts` sends 1000 bytes
 /// with a signal, in one kernel per rank, in the order given; a rank first copies `copy_bytes[r]`
 /// bytes on its compute unit (1 us per 500; none where empty), then puts, then waits for every
-/// put to it. The NICs carry `nic_gbps`. Returns every rank's clock after the run.
+/// put to it. The NICs carry `nic_gbps`; `ranks` (0: every device of the nodes) may leave the last
+/// node filled in part. Returns every rank's clock after the run.
 std::vector<double> run_puts(int gpus_per_node, int nics, double nic_cpu_gbps,
                              const std::vector<std::pair<int, int>>& puts,
                              std::vector<std::int64_t> copy_bytes = {}, double nic_gbps = 1,
-                             int nodes = 2) {
-  WorldOptions o = virtual_world(nodes * gpus_per_node, 1);
+                             int nodes = 2, int ranks = 0) {
+  WorldOptions o = virtual_world(ranks > 0 ? ranks : nodes * gpus_per_node, 1);
   auto p = std::make_shared<fc::model::Preset>(*o.model);
   p->links.gpus_per_node = gpus_per_node;
   p->links.nics_per_node = nics;
   p->links.nic_cpu_gbps = nic_cpu_gbps;
   p->links.nic_gbps = nic_gbps;
   o.model = p;
-  copy_bytes.resize(static_cast<std::size_t>(nodes * gpus_per_node), 0);
+  copy_bytes.resize(static_cast<std::size_t>(o.world_size), 0);
   World world(o);
   world.run([&](fc::Communicator& comm) {
     auto& rk = rank_of(world, comm);
@@ -189,6 +190,9 @@ TEST(EmuVirtualTime, PutsIntoANodeOnOneRailShareItsNic) {
   // NICs 0 and 1 carry them side by side (the node forwards rail 1's bytes to device 0): both
   // land at 8, as the simulator's rail-matched flows do (sim_test).
   expect_times(run_puts(2, 0, 0, {{2, 0}, {3, 0}}, {}, 1, 3), {8e-6, 5e-6, 8e-6, 8e-6, 5e-6, 5e-6});
+  // A node filled in part (5 ranks: node 2 has device 0 only) still receives on rail 1: rank 3
+  // puts into rank 4 through node 2's NIC 1 while rank 2 puts into it through NIC 0.
+  expect_times(run_puts(2, 0, 0, {{2, 4}, {3, 4}}, {}, 1, 3, 5), {5e-6, 5e-6, 8e-6, 8e-6, 8e-6});
   // One NIC per node: every flow into node 0 shares it, whichever device sends.
   expect_times(run_puts(2, 1, 0, {{2, 0}, {5, 1}}, {}, 1, 3), {8e-6, 9e-6, 8e-6, 5e-6, 5e-6, 9e-6});
 }
@@ -397,6 +401,54 @@ Claimed claim_tiles(int cus, int grid, const std::vector<int>& cost_us, std::uin
   return c;
 }
 
+/// One compute unit, `grid` workgroups claiming `tiles` tiles that each copy 2048 bytes (4096
+/// read plus written: 4.096 us of the unit, one round of vector loads), with a round of loads
+/// taking `latency_us`; the kernel's end and which workgroup took each tile.
+Claimed latency_tiles(int grid, int tiles, double latency_us) {
+  WorldOptions o = virtual_world(1, 1);
+  auto p = std::make_shared<fc::model::Preset>(*o.model);
+  p->device.load_latency_us = latency_us;
+  o.model = p;
+  World world(o);
+  Claimed c;
+  c.taker.assign(static_cast<std::size_t>(tiles), -1);
+  world.run([&](fc::Communicator& comm) {
+    std::vector<char> a(2048, 'a'), b(a.size());
+    rank_of(world, comm).launch("latency", grid, [&](WgContext& wg) -> WgTask {
+      for (;;) {
+        const auto i = co_await wg.claim();
+        if (i >= tiles) break;
+        c.taker[static_cast<std::size_t>(i)] = wg.wg();
+        wg.compute("copy", {fc::model::copy(2048)}, [&] { std::memcpy(b.data(), a.data(), 2048); });
+      }
+    });
+    EXPECT_EQ(a, b);
+  });
+  c.end = world.virtual_seconds(0);
+  return c;
+}
+
+TEST(EmuVirtualTime, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
+  // A lone tile takes its round of loads, 10 us, though the unit is done with it in 4.096: the
+  // kernel ends at 5 + 10 us (the launch, then the tile). Without the term: 5 + 4.096.
+  EXPECT_DOUBLE_EQ(latency_tiles(1, 1, 10).end, 15e-6);
+  EXPECT_DOUBLE_EQ(latency_tiles(1, 1, 0).end, 9.096e-6);
+  // Two workgroups on the unit: WG 0 has it 5-9.096 and waits on its loads until 15; WG 1 has
+  // it 9.096-13.192 and, its loads in flight since 5 (it waited for the unit, not idle), is done
+  // at 15 too. Held on the unit, the two rounds would end at 25.
+  EXPECT_DOUBLE_EQ(latency_tiles(2, 2, 10).end, 15e-6);
+  // One workgroup for both tiles: the second round starts when the first is done, 15-25.
+  EXPECT_DOUBLE_EQ(latency_tiles(1, 2, 10).end, 25e-6);
+  // Four workgroups: the unit's 4 x 4.096 us bound them (5 + 16.384), the loads hide.
+  EXPECT_DOUBLE_EQ(latency_tiles(4, 4, 10).end, 21.384e-6);
+  // Three workgroups, 4 tiles, 6 us rounds: WG 0 is done at 11 and claims again, but the unit is
+  // WG 1's until 13.192; then WG 2, waiting since 5, takes tile 2 before WG 0, and WG 0 takes
+  // tile 3 at 17.288 (the longest waiting first, as a dispatcher's queue).
+  const Claimed queue = latency_tiles(3, 4, 6);
+  EXPECT_DOUBLE_EQ(queue.end, 21.384e-6);
+  EXPECT_EQ(queue.taker, (std::vector<int>{0, 1, 2, 0}));
+}
+
 TEST(EmuVirtualTime, TheComputeUnitThatFreesFirstTakesTheNextTile) {
   // Tiles of 3, 1 and 1 us on 2 compute units, one workgroup each, after the 5 us launch: WG 1
   // is free at 6 us and takes tile 2 (WG 0 is busy until 8 us). Dealt statically (WG 0: tiles
@@ -413,10 +465,12 @@ TEST(EmuVirtualTime, TheComputeUnitThatFreesFirstTakesTheNextTile) {
 TEST(EmuVirtualTime, WorkgroupsSharingAComputeUnitClaimWhenItIsFree) {
   // WGs 0 and 2 share compute unit 0, WGs 1 and 3 unit 1. Tile 0 (4 us) holds unit 0 from 5 to
   // 9 us, so WG 2 claims nothing before 9 us, and unit 1 runs tiles 1-4 (1 us each) back to back
-  // by 9 us. Had WG 2 claimed at once, tile 2 would have waited behind tile 0 until 10 us.
+  // by 9 us, its two workgroups in turn (the one waiting longest first: WG 3, waiting since 5,
+  // takes tile 2 at 6 before WG 1, which just finished tile 1). Had WG 2 claimed at once, tile 2
+  // would have waited behind tile 0 until 10 us.
   const Claimed c = claim_tiles(2, 4, {4, 1, 1, 1, 1});
   EXPECT_DOUBLE_EQ(c.end, 9e-6);
-  EXPECT_EQ(c.taker, (std::vector<int>{0, 1, 1, 1, 1}));
+  EXPECT_EQ(c.taker, (std::vector<int>{0, 1, 3, 1, 3}));
 }
 
 TEST(EmuVirtualTime, ClaimsAreTheSameForEverySeedAndHostThreadCount) {

@@ -152,6 +152,28 @@ TEST(Model, PackedGemmTileByHand) {
   EXPECT_DOUBLE_EQ(m::seconds(p, m::Work{m::Kernel::gemm, 1000, 0}), 2e-6);
 }
 
+TEST(Model, LoadLatencyByHand) {
+  m::Preset p = toy();
+  // No such term by default.
+  EXPECT_EQ(m::latency_seconds(p, m::copy(1 << 20)), 0);
+  p.device.load_latency_us = 0.5;
+  // A round is 256 threads' loads: a word each for the scalar tile kernels, 16 bytes for the
+  // vector ones.
+  EXPECT_EQ(m::load_round_bytes(m::Kernel::gemv), 1024);
+  EXPECT_EQ(m::load_round_bytes(m::Kernel::embedding), 1024);
+  EXPECT_EQ(m::load_round_bytes(m::Kernel::gemm), 1024);
+  EXPECT_EQ(m::load_round_bytes(m::Kernel::copy), 4096);
+  EXPECT_EQ(m::load_round_bytes(m::Kernel::decode_fp8), 4096);
+  // 10240 bytes of gemv: 10 rounds of 0.5 us; the same bytes copied: 2.5 rounds.
+  EXPECT_DOUBLE_EQ(m::latency_seconds(p, m::Work{m::Kernel::gemv, 0, 10240}), 5e-6);
+  EXPECT_DOUBLE_EQ(m::latency_seconds(p, m::Work{m::Kernel::copy, 0, 10240}), 1.25e-6);
+  // A copy of 8192 bytes reads and writes 16384: 4 rounds, 2 us; the roofline is unchanged.
+  const double roofline = m::seconds(p, m::copy(8192));
+  EXPECT_DOUBLE_EQ(m::latency_seconds(p, m::copy(8192)), 2e-6);
+  p.device.load_latency_us = 0;
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::copy(8192)), roofline);
+}
+
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   m::Preset p = toy();
   EXPECT_TRUE(m::shares_node_memory(p));
@@ -324,6 +346,13 @@ TEST(Model, RejectsBadFilesNamingTheField) {
                         "1e+06] GB/s"));
   EXPECT_THAT(parse_error(edit(cold, "gemm_cold_gbps", "gemm_cold_gbps = fast")),
               HasSubstr("device.gemm_cold_gbps = 'fast' is not a number"));
+  // load_latency_us likewise (0), a number in [0, 1e6] us.
+  EXPECT_EQ(m::parse_preset(good, "test").device.load_latency_us, 0);
+  const std::string slow = edit(good, "launch_us", "launch_us = 4\nload_latency_us = 0.2");
+  EXPECT_EQ(m::parse_preset(slow, "test").device.load_latency_us, 0.2);
+  EXPECT_THAT(parse_error(edit(slow, "load_latency_us", "load_latency_us = -0.2")),
+              HasSubstr("device.load_latency_us = -0.2 is out of range: it must be a number in [0, "
+                        "1e+06] us"));
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
                         "64]"));

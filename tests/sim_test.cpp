@@ -121,6 +121,31 @@ TEST(Sim, TheNetworkStacksCpuCostHoldsBothEnds) {
               fc::model::transfer_seconds(c.preset, 0, 1, bytes), 1e-6);
 }
 
+TEST(Sim, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
+  // One device of one compute unit at 1 GB/s (arithmetic free), GemvAllReduce of m = 1, k = 1024:
+  // a 64-column tile streams 266,496 bytes, 266.496 us of the unit, in 260.25 rounds of scalar
+  // loads (1024 bytes each) of 4 us: 1041 us of its workgroup. Two tiles on two workgroups of the
+  // unit: the first holds the unit 0-266.5 us, the second 266.5-533, and both are done at 1041
+  // (their loads overlap), the emulator's `ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit`.
+  sim::Cluster c;
+  c.nodes = 1;
+  c.preset.name = "lat";
+  c.preset.device = {1, 4, 1e6, 1.0, 5.0, 1.0};
+  c.preset.links = {1, fc::model::PeerTopology::mesh, 1.0, 1.0, 1.0, 1.0, 0.0};
+  c.preset.efficiency.fill(1.0);
+  auto kernel = [&](std::int64_t n) {
+    const fc::GemvProblem pb = sim::gemv_problem({1, 1024, n}, 1);
+    return sim::gemv_program(pb, c, 0, fc::Mode::unfused).front().seconds;
+  };
+  EXPECT_NEAR(kernel(128), 5e-6 + 532.992e-6, 1e-12);  // no latency term: the unit's time
+  c.preset.device.load_latency_us = 4;
+  EXPECT_NEAR(kernel(64), 5e-6 + 1041e-6, 1e-12);
+  EXPECT_NEAR(kernel(128), 5e-6 + 1041e-6, 1e-12);
+  // Five tiles on the unit's four workgroups: the fifth goes to workgroup 0, done first (1041),
+  // whose loads then take their 1041 us: 2082.
+  EXPECT_NEAR(kernel(320), 5e-6 + 2082e-6, 1e-12);
+}
+
 TEST(Sim, TwoNodeDlrmIterationIsPinned) {
   const sim::Cluster c = cluster("mi250x", 2);
   const sim::Dlrm m = sim::mlperf_dlrm();

@@ -51,6 +51,13 @@ struct Device {
   /// by the memory's latency, far below `memory_gbps`. Optional in a preset file; 0: no such
   /// term (every packing at the warm rate).
   double gemm_cold_gbps = 0;
+  /// The time of one round of a workgroup's loads from device memory, microseconds: its threads
+  /// each issue their loads of one step of the tile's loop and wait for them before the next (the
+  /// GPU port's tiles: `load_round_bytes` a round). A workgroup then needs at least
+  /// `latency_seconds` for a call however idle its compute unit, and the other workgroups
+  /// resident on the unit run meanwhile: a lone tile is latency-bound, several share the unit's
+  /// bandwidth. Optional in a preset file; 0: no such term (a CPU core's prefetchers stream).
+  double load_latency_us = 0;
 };
 
 /// How the devices of a node reach each other.
@@ -198,6 +205,17 @@ struct Preset {
 /// for a `gemm` tile on a device with `gemm_pack_rows`, its panel copy plus its whole
 /// micro-kernel rows of arithmetic.
 double seconds(const Preset& p, const Work& w);
+/// The GPU port's workgroup: 256 threads (gpu/runtime.hpp `kThreads`).
+inline constexpr int kWorkgroupThreads = 256;
+/// Bytes one round of a workgroup's loads brings for `k` (`Device::load_latency_us`): a word per
+/// thread where the GPU port's tile loads scalars (`gemm`, `gemv`, `embedding`), 16 bytes per
+/// thread where it loads vectors (the copies, reductions, codecs and the amax pass).
+double load_round_bytes(Kernel k);
+/// Seconds one workgroup needs for `w` however idle its compute unit: `w`'s bytes (read plus
+/// written, as the roofline counts them) in rounds of `load_round_bytes`, each
+/// `Device::load_latency_us` long. 0 where the preset has no such term. The emulator and the
+/// simulator hold the workgroup, not its compute unit, for what exceeds `seconds(p, w)`.
+double latency_seconds(const Preset& p, const Work& w);
 /// Whether the devices of a node share its memory: `node_memory_gbps` below `gpus_per_node`
 /// times `memory_gbps`. Only then does the node's memory limit its devices (`node_memory_seconds`;
 /// the emulator splits it evenly among them); otherwise no device can slow another's.
