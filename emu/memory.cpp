@@ -23,8 +23,11 @@ std::uint64_t deliver_signal(World::State& world, int src, int peer, int slot, S
                              double at) {
   auto& dev = *world.devices[peer];
   if (world.vt) {  // before the wake-up, which resumes the satisfied waiters at this time
-    double& t = world.vt->devices[peer].slot_time[slot];
-    t = std::max(t, at);
+    auto& vdev = world.vt->devices[peer];
+    if (at >= vdev.slot_time[slot]) {
+      vdev.slot_time[slot] = at;
+      vdev.slot_remote[slot] = src != peer;
+    }
   }
   std::uint64_t after = value;
   if (world.check_protocol)

@@ -161,7 +161,7 @@ bool WaitAwaiter::await_suspend(std::coroutine_handle<>) {
     lock.unlock();
     // Satisfied already: resume when the signal that did it arrived (the driver resumes us only
     // after this coroutine has returned to it).
-    vt->push(wg, vt->devices[dev.rank].slot_time[slot]);
+    vt->push(wg, vt->wake_time(*wg, slot));
     return true;
   }
   wg->waiting = true;
@@ -235,7 +235,7 @@ void Device::wake_satisfied() {
   }
   for (WgState* w : ready) {
     if (vt)
-      vt->push(w, vt->devices[rank].slot_time[w->wait_slot]);  // at the satisfying arrival
+      vt->push(w, vt->wake_time(*w, w->wait_slot));  // at the satisfying arrival
     else
       schedule(w);
   }

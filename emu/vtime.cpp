@@ -77,6 +77,7 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
     d.cus.resize(preset.device.compute_units);
     d.peer_links.resize(mesh ? world.size : 1);
     d.slot_time.assign(kSlotsPerDevice, 0.0);
+    d.slot_remote.assign(kSlotsPerDevice, 0);
   }
   for (int r = 0; r < world.size; ++r) devices[r].nic = preset.links.nic_of(r);
   nics.resize(world.size > 0 ? std::size_t(preset.links.nic_of(world.size - 1)) + 1 : 0);
@@ -358,6 +359,13 @@ std::pair<int, double> VirtualTime::book_first_free(int rank, double from, doubl
   }
   cus[best].book(best_at, seconds);
   return {int(best), best_at};
+}
+
+double VirtualTime::wake_time(const WgState& wg, int slot) const {
+  const VirtualDevice& dev = devices[wg.kernel->device->rank];
+  const double t = dev.slot_time[slot];
+  if (dev.slot_remote[slot] && t > wg.vclock) return t + model::handover_seconds(preset);
+  return t;
 }
 
 double VirtualTime::signal_arrival(const WgState& wg, int peer) const {

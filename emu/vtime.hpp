@@ -73,6 +73,7 @@ struct VirtualDevice {
   std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port
   int nic = 0;  // its NIC in VirtualTime::nics (`model::Links::nic_of`)
   std::vector<double> slot_time;  // when each signal slot reached its value
+  std::vector<char> slot_remote;  // whether the update that set slot_time came from another device
   /// Where the node's memory is shared (`model::shares_node_memory`): the devices of this run on
   /// the node, among which it is split evenly; 0 where each device has its own.
   int node_share = 0;
@@ -138,6 +139,10 @@ struct VirtualTime {
   /// time each (`model::nic_cpu_seconds`; the issuing workgroup is not held). Returns the arrival
   /// time.
   double transfer(WgState& wg, int peer, std::size_t bytes, const char* what);
+  /// When `wg`, waiting on slot `slot` of its device, resumes once the slot holds what it waits
+  /// for: when the slot reached it, plus the hand-over (`model::handover_seconds`) where another
+  /// device's signal set it after `wg` was ready to go on.
+  double wake_time(const WgState& wg, int slot) const;
   /// Arrival time at `peer` of a signal `wg` issues now (after its earlier transfers to `peer`).
   double signal_arrival(const WgState& wg, int peer) const;
 

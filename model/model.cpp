@@ -173,6 +173,8 @@ double latency_seconds(const Preset& p, const Work& w) {
   return w.bytes / load_round_bytes(w.kernel) * p.device.load_latency_us * 1e-6;
 }
 
+double handover_seconds(const Preset& p) { return p.device.handover_us * 1e-6; }
+
 bool shares_node_memory(const Preset& p) {
   return p.device.node_memory_gbps < p.links.gpus_per_node * p.device.memory_gbps;
 }
@@ -235,6 +237,7 @@ constexpr Field kFields[] = {
     {"device", "gemm_pack_rows", Type::integer, 0, 64, false, "", true},
     {"device", "gemm_cold_gbps", Type::number, 0, 1e6, false, "GB/s", true},
     {"device", "load_latency_us", Type::number, 0, 1e6, false, "us", true},
+    {"device", "handover_us", Type::number, 0, 1e6, false, "us", true},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
@@ -296,6 +299,7 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.node_memory_gbps") return &p.device.node_memory_gbps;
   if (field == "device.gemm_cold_gbps") return &p.device.gemm_cold_gbps;
   if (field == "device.load_latency_us") return &p.device.load_latency_us;
+  if (field == "device.handover_us") return &p.device.handover_us;
   if (field == "links.put_us") return &p.links.put_us;
   if (field == "links.put_cu_share") return &p.links.put_cu_share;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
@@ -455,7 +459,8 @@ std::string to_text(const Preset& p) {
       << "node_memory_gbps = " << p.device.node_memory_gbps << "\n"
       << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n"
       << "gemm_cold_gbps = " << p.device.gemm_cold_gbps << "\n"
-      << "load_latency_us = " << p.device.load_latency_us << "\n\n[links]\n"
+      << "load_latency_us = " << p.device.load_latency_us << "\n"
+      << "handover_us = " << p.device.handover_us << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"

@@ -323,7 +323,11 @@ struct Run {
           }
           sg4::this_actor::sleep_until(start + s.seconds);
           compute[R] += s.seconds;
+          const double ready = sg4::Engine::get_clock();
           receive(inbox[x][R], expected_flows[x][R]);
+          // A rank that waited for its peers' bytes runs again a hand-over later where ranks
+          // outnumber cores (model::handover_seconds; the emulator adds it per blocking wait).
+          if (sg4::Engine::get_clock() > ready) sg4::this_actor::sleep_for(model::handover_seconds(c.preset));
           if (G > 1) barrier[static_cast<std::size_t>(r / G)]->wait();
           sg4::this_actor::sleep_for(s.after);
           compute[R] += s.after;

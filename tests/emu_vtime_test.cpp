@@ -348,6 +348,48 @@ TEST(EmuVirtualTime, ChainOfTwoSignals) {
   EXPECT_DOUBLE_EQ(finish(world), 9e-6);
 }
 
+/// Three ranks relay a token, 0 -> 1 -> 2, with a hand-over of `handover_us`; rank 1 first copies
+/// `busy_bytes` on its compute unit (1 us per 500), and then adds to a slot of its own and waits
+/// for that too. Every rank's clock after the run.
+std::vector<double> relay(double handover_us, std::int64_t busy_bytes) {
+  WorldOptions o = virtual_world(3, 1);
+  auto p = std::make_shared<fc::model::Preset>(*o.model);
+  p->device.handover_us = handover_us;
+  o.model = p;
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const int slot = rk.slots("token", 1);
+    const int own = rk.slots("own", 1);
+    const int me = comm.rank();
+    const std::uint64_t target = me > 0 ? rk.expect(slot, 1) : 0;
+    const std::uint64_t own_target = rk.expect(own, 1);
+    std::vector<char> a(static_cast<std::size_t>(me == 1 ? busy_bytes : 0), 'a'), b(a.size());
+    rk.launch("relay", 1, [&](WgContext& wg) -> WgTask {
+      if (!a.empty())
+        wg.compute("copy", {fc::model::copy(busy_bytes)}, [&] { std::memcpy(b.data(), a.data(), a.size()); });
+      if (me > 0) co_await wg.wait_until(slot, Cmp::ge, target);
+      wg.add_local(own, 1);
+      co_await wg.wait_until(own, Cmp::ge, own_target);
+      if (me < 2) wg.signal(me + 1, slot, SignalOp::add, 1);
+    });
+    EXPECT_EQ(a, b);
+  });
+  return clocks_of(world);
+}
+
+TEST(EmuVirtualTime, AWaitOnAnotherDeviceEndsAHandOverAfterItsSignal) {
+  // Ranks sharing cores (handover_us = 3): rank 0 signals at 5 us (its launch), which lands on
+  // rank 1 at 7; rank 1 waited, so it runs again at 10 and signals, landing on rank 2 at 12, which
+  // runs again at 15. The waits on a rank's own slot (add_local) cost nothing.
+  expect_times(relay(3, 0), {5e-6, 10e-6, 15e-6});
+  expect_times(relay(0, 0), {5e-6, 7e-6, 9e-6});  // ChainOfTwoSignals
+  // Rank 1 busy until 10 us (a copy of 2500 bytes): the token, there since 7, did not keep it
+  // waiting, so no hand-over; its signal lands on rank 2 at 12, which waited: 15.
+  expect_times(relay(3, 2500), {5e-6, 10e-6, 15e-6});
+  expect_times(relay(3, 3000), {5e-6, 11e-6, 16e-6});
+}
+
 /// Two workgroups, each copying 500 bytes (1 us on one compute unit), on a device of `cus`.
 double two_copies(int cus) {
   World world(virtual_world(1, cus));

@@ -174,6 +174,13 @@ TEST(Model, LoadLatencyByHand) {
   EXPECT_DOUBLE_EQ(m::seconds(p, m::copy(8192)), roofline);
 }
 
+TEST(Model, HandOverByHand) {
+  m::Preset p = toy();
+  EXPECT_EQ(m::handover_seconds(p), 0);  // no such term by default
+  p.device.handover_us = 10.7;
+  EXPECT_DOUBLE_EQ(m::handover_seconds(p), 10.7e-6);
+}
+
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   m::Preset p = toy();
   EXPECT_TRUE(m::shares_node_memory(p));
@@ -352,6 +359,13 @@ TEST(Model, RejectsBadFilesNamingTheField) {
   EXPECT_EQ(m::parse_preset(slow, "test").device.load_latency_us, 0.2);
   EXPECT_THAT(parse_error(edit(slow, "load_latency_us", "load_latency_us = -0.2")),
               HasSubstr("device.load_latency_us = -0.2 is out of range: it must be a number in [0, "
+                        "1e+06] us"));
+  // handover_us likewise (0), a number in [0, 1e6] us.
+  EXPECT_EQ(m::parse_preset(good, "test").device.handover_us, 0);
+  const std::string handing = edit(good, "launch_us", "launch_us = 4\nhandover_us = 10.7");
+  EXPECT_EQ(m::parse_preset(handing, "test").device.handover_us, 10.7);
+  EXPECT_THAT(parse_error(edit(handing, "handover_us", "handover_us = -1")),
+              HasSubstr("device.handover_us = -1 is out of range: it must be a number in [0, "
                         "1e+06] us"));
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "

@@ -146,6 +146,30 @@ TEST(Sim, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
   EXPECT_NEAR(kernel(320), 5e-6 + 2082e-6, 1e-12);
 }
 
+TEST(Sim, ARankThatWaitedRunsAHandOverLater) {
+  // handover_us = 10: the receiver waited for the bytes, so it is done a transfer plus 10 us after
+  // the start; a rank whose kernel outlasts the transfer did not wait.
+  sim::Cluster c = cluster("mi250x", 2);
+  const int G = c.preset.links.gpus_per_node;
+  const std::int64_t bytes = 8 << 20;
+  const double wire = fc::model::transfer_seconds(c.preset, 0, G, bytes);
+  EXPECT_NEAR(exchange_into(c, {0}, G, bytes).iteration, wire, 1e-6);
+  c.preset.device.handover_us = 10;
+  EXPECT_NEAR(exchange_into(c, {0}, G, bytes).iteration, wire + 10e-6, 1e-6);
+  const sim::Result busy = sim::run_isolated([&] {
+    return sim::simulate(
+        c,
+        [&](int rank) {
+          sim::Step s = sim::exchange_step("x");
+          if (rank == 0) s.sends.push_back({0, G, bytes});
+          if (rank == G) s.seconds = 2 * wire;
+          return sim::Program{s};
+        },
+        sim::Options{});
+  });
+  EXPECT_NEAR(busy.iteration, 2 * wire, 1e-6);
+}
+
 TEST(Sim, TwoNodeDlrmIterationIsPinned) {
   const sim::Cluster c = cluster("mi250x", 2);
   const sim::Dlrm m = sim::mlperf_dlrm();

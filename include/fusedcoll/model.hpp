@@ -58,6 +58,12 @@ struct Device {
   /// resident on the unit run meanwhile: a lone tile is latency-bound, several share the unit's
   /// bandwidth. Optional in a preset file; 0: no such term (a CPU core's prefetchers stream).
   double load_latency_us = 0;
+  /// Where the node's devices are processes that outnumber its cores (a `host` preset whose
+  /// devices are fractions of a core): the time a device that waited for another takes to run
+  /// again once what it waited for is there, microseconds, the operating system's hand-over
+  /// between processes sharing a core (`model::handover_seconds`). Optional in a preset file;
+  /// 0: no such term (a device of its own hardware).
+  double handover_us = 0;
 };
 
 /// How the devices of a node reach each other.
@@ -216,6 +222,11 @@ double load_round_bytes(Kernel k);
 /// `Device::load_latency_us` long. 0 where the preset has no such term. The emulator and the
 /// simulator hold the workgroup, not its compute unit, for what exceeds `seconds(p, w)`.
 double latency_seconds(const Preset& p, const Work& w);
+/// Seconds a device that waited for another's data or signal takes to run again once it is there
+/// (`Device::handover_us`; 0 where the preset has none). The emulator adds it to a workgroup's
+/// wait that ended on another device's signal after the workgroup was ready, the simulator to an
+/// exchange whose last byte came after the rank was ready.
+double handover_seconds(const Preset& p);
 /// Whether the devices of a node share its memory: `node_memory_gbps` below `gpus_per_node`
 /// times `memory_gbps`. Only then does the node's memory limit its devices (`node_memory_seconds`;
 /// the emulator splits it evenly among them); otherwise no device can slow another's.
