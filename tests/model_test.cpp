@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,26 @@ std::string parse_error(const std::string& text) {
     return e.what();
   }
   return "(no error)";
+}
+
+/// An optional number of [device], `key`: 0 where `text` leaves it out; `value` given on a line
+/// after the one of `after`; rejected by name as negative or not a number, with its range and
+/// `unit`.
+void expect_optional_device_number(const std::string& text, const std::string& after,
+                                   const std::string& key, double m::Device::*field, double value,
+                                   const std::string& unit) {
+  EXPECT_EQ(m::parse_preset(text, "test").device.*field, 0) << key;
+  const std::size_t at = text.find("\n" + after) + 1;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  std::ostringstream given;
+  given << line << "\n" << key << " = " << value;
+  const std::string with = edit(text, after, given.str());
+  EXPECT_EQ(m::parse_preset(with, "test").device.*field, value) << key;
+  EXPECT_THAT(parse_error(edit(with, key, key + " = -1")),
+              HasSubstr("device." + key + " = -1 is out of range: it must be a number in [0, 1e+06] " +
+                        unit));
+  EXPECT_THAT(parse_error(edit(with, key, key + " = fast")),
+              HasSubstr("device." + key + " = 'fast' is not a number"));
 }
 
 }  // namespace
@@ -344,29 +365,13 @@ TEST(Model, RejectsBadFilesNamingTheField) {
   const std::string packed =
       edit(good, "node_memory_gbps", "node_memory_gbps = 26800\ngemm_pack_rows = 8");
   EXPECT_EQ(m::parse_preset(packed, "test").device.gemm_pack_rows, 8);
-  // gemm_cold_gbps likewise (0), a number in [0, 1e6].
-  EXPECT_EQ(m::parse_preset(good, "test").device.gemm_cold_gbps, 0);
-  const std::string cold = edit(packed, "gemm_pack_rows", "gemm_pack_rows = 8\ngemm_cold_gbps = 6.5");
-  EXPECT_EQ(m::parse_preset(cold, "test").device.gemm_cold_gbps, 6.5);
-  EXPECT_THAT(parse_error(edit(cold, "gemm_cold_gbps", "gemm_cold_gbps = -1")),
-              HasSubstr("device.gemm_cold_gbps = -1 is out of range: it must be a number in [0, "
-                        "1e+06] GB/s"));
-  EXPECT_THAT(parse_error(edit(cold, "gemm_cold_gbps", "gemm_cold_gbps = fast")),
-              HasSubstr("device.gemm_cold_gbps = 'fast' is not a number"));
-  // load_latency_us likewise (0), a number in [0, 1e6] us.
-  EXPECT_EQ(m::parse_preset(good, "test").device.load_latency_us, 0);
-  const std::string slow = edit(good, "launch_us", "launch_us = 4\nload_latency_us = 0.2");
-  EXPECT_EQ(m::parse_preset(slow, "test").device.load_latency_us, 0.2);
-  EXPECT_THAT(parse_error(edit(slow, "load_latency_us", "load_latency_us = -0.2")),
-              HasSubstr("device.load_latency_us = -0.2 is out of range: it must be a number in [0, "
-                        "1e+06] us"));
-  // handover_us likewise (0), a number in [0, 1e6] us.
-  EXPECT_EQ(m::parse_preset(good, "test").device.handover_us, 0);
-  const std::string handing = edit(good, "launch_us", "launch_us = 4\nhandover_us = 10.7");
-  EXPECT_EQ(m::parse_preset(handing, "test").device.handover_us, 10.7);
-  EXPECT_THAT(parse_error(edit(handing, "handover_us", "handover_us = -1")),
-              HasSubstr("device.handover_us = -1 is out of range: it must be a number in [0, "
-                        "1e+06] us"));
+  // gemm_cold_gbps, load_latency_us and handover_us likewise (0), numbers in [0, 1e6].
+  expect_optional_device_number(packed, "gemm_pack_rows", "gemm_cold_gbps", &m::Device::gemm_cold_gbps,
+                                6.5, "GB/s");
+  expect_optional_device_number(good, "launch_us", "load_latency_us", &m::Device::load_latency_us,
+                                0.2, "us");
+  expect_optional_device_number(good, "launch_us", "handover_us", &m::Device::handover_us, 10.7,
+                                "us");
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
                         "64]"));
