@@ -289,13 +289,10 @@ void end_span(impl::WgState& wg, const char* what, const model::Work* work, std:
               Clock::time_point start) {
   auto& world = *wg.kernel->device->world;
   if (impl::VirtualTime* vt = world.vt.get()) {
-    double seconds = 0, node_seconds = 0, latency = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      seconds += model::seconds(vt->preset, work[i]);
-      node_seconds += model::node_memory_seconds(vt->preset, work[i]);
-      latency += model::latency_seconds(vt->preset, work[i]);
-    }
-    vt->compute(wg, what, seconds, node_seconds, latency);
+    double latency = 0;
+    for (std::size_t i = 0; i < n; ++i) latency += model::latency_seconds(vt->preset, work[i]);
+    const int share = vt->devices[wg.kernel->device->rank].node_share;
+    vt->compute(wg, what, model::span_seconds(vt->preset, {work, n}, share), latency);
   } else if (world.tracing) {
     wg.kernel->trace_end(&wg, what, start);
   }

@@ -243,12 +243,8 @@ double VirtualTime::now(int rank) {
 // ----------------------------------------------------------------------------------------------
 // Costs (driver thread only: the workgroup calling them is the one running)
 
-void VirtualTime::compute(WgState& wg, const char* what, double seconds, double node_seconds,
-                          double latency) {
+void VirtualTime::compute(WgState& wg, const char* what, double seconds, double latency) {
   const int rank = wg.kernel->device->rank;
-  // A shared node memory gives each of the node's devices an equal share: the span's bytes take
-  // node_seconds times the number of devices sharing it, when that is longer.
-  seconds = std::max(seconds, node_seconds * devices[rank].node_share);
   const double ready = wg.vclock;
   const double start = devices[rank].cus[wg.vcu].book(ready, seconds);
   // A latency-bound workgroup waits on its loads past its share of the unit, which the other

@@ -120,13 +120,11 @@ struct VirtualTime {
   /// A workgroup ended at `t`; the last one queues its host thread at the kernel's end.
   void wg_finished(Kernel& k, WgState* wg, bool last);
 
-  /// `seconds` on workgroup `wg`'s compute unit, from its clock, of work whose bytes take
-  /// `node_seconds` of the node's whole memory (`model::node_memory_seconds`): where that is
-  /// shared, the span lasts at least `node_seconds` times `node_share`. The workgroup is done no
-  /// earlier than `latency` after its clock (`model::latency_seconds`: its rounds of loads),
-  /// though its compute unit is free for others after the span. Advances the clock.
-  void compute(WgState& wg, const char* what, double seconds, double node_seconds,
-               double latency = 0);
+  /// `seconds` on workgroup `wg`'s compute unit, from its clock (`model::span_seconds`, the
+  /// node's memory share included). The workgroup is done no earlier than `latency` after its
+  /// clock (`model::latency_seconds`: its rounds of loads), though its compute unit is free for
+  /// others after the span. Advances the clock.
+  void compute(WgState& wg, const char* what, double seconds, double latency = 0);
   /// The issuing compute unit's cost of one put, store or signal to `peer` (`put_us`; nothing
   /// to itself): advances the workgroup's clock.
   void issue(WgState& wg, int peer);

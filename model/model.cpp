@@ -183,6 +183,15 @@ double node_memory_seconds(const Preset& p, const Work& w) {
   return w.bytes / (p.device.node_memory_gbps * 1e9 * p.efficiency_of(w.kernel));
 }
 
+double span_seconds(const Preset& p, std::span<const Work> works, int node_share) {
+  double unit = 0, node = 0;
+  for (const Work& w : works) {
+    unit += seconds(p, w);
+    node += node_memory_seconds(p, w);
+  }
+  return node_share > 0 ? std::max(unit, node * node_share) : unit;
+}
+
 double device_seconds(const Preset& p, const Work& w) {
   const double rate = p.device.cu_gflops * 1e9 * p.device.compute_units;
   const double bandwidth = p.device.memory_gbps * 1e9;

@@ -78,8 +78,13 @@ Kernel::Kernel(const Cluster& c, std::size_t work)
                                         static_cast<std::size_t>(cus(c)))),
       cu_(static_cast<std::size_t>(cus(c)), 0.0) {}
 
-Cost cost_of(const Cluster& c, const model::Work& w) {
-  return {model::seconds(c.preset, w), model::latency_seconds(c.preset, w)};
+Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works) {
+  // Every node of the cluster is full: G devices share a node's memory where the preset's
+  // devices are cores of one machine (model::shares_node_memory), as the emulator's do.
+  const int share = model::shares_node_memory(c.preset) ? c.preset.links.gpus_per_node : 0;
+  double latency = 0;
+  for (const model::Work& w : works) latency += model::latency_seconds(c.preset, w);
+  return {model::span_seconds(c.preset, works, share), latency};
 }
 
 void Kernel::track_workgroups() {
@@ -345,8 +350,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     Kernel red(c, items);
     for (std::size_t i = 0; i < op.reduce.size(); ++i) {
       const std::int64_t n = op.span(op.reduce[i]).length;
-      red.deal(i, cost_of(c, model::copy(n * 4)) + cost_of(c, model::reduce(n * (P - 1))) +
-                      cost_of(c, model::copy(n * 4)));
+      red.deal(i, cost_of(c, {model::copy(n * 4), model::reduce(n * (P - 1)), model::copy(n * 4)}));
     }
     rs.after = red.makespan();
     prog.push_back(std::move(rs));
@@ -383,7 +387,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
       const double end = red.deal(
-          i, cost_of(c, model::copy(tile_floats * 4)) + cost_of(c, model::reduce(tile_floats * (P - 1))));
+          i, cost_of(c, {model::copy(tile_floats * 4), model::reduce(tile_floats * (P - 1))}));
       for (int q = 0; q < P; ++q)
         if (q != me) ag.sends.push_back({end, q, p.m * (t.n1 - t.n0) * 4});
     }
@@ -395,7 +399,7 @@ Program gemv_program(const GemvProblem& pb, const Cluster& c, int rank, Mode mod
     for (std::size_t i = 0; i < p.mine.size(); ++i) {
       const Tile& t = p.tiles[static_cast<std::size_t>(p.mine[i])];
       const std::int64_t w = t.n1 - t.n0;
-      red.deal(i, cost_of(c, model::copy(p.m * w * 4)) + cost_of(c, model::reduce(p.m * w * (P - 1))));
+      red.deal(i, cost_of(c, {model::copy(p.m * w * 4), model::reduce(p.m * w * (P - 1))}));
     }
     rs.after = red.makespan();
     for (int q = 0; q < P; ++q)

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,9 +35,11 @@ struct Cost {
   Cost() = default;
   Cost(double s, double l = 0) : seconds(s), latency(l) {}  // implicit: seconds alone
 };
-inline Cost operator+(Cost a, Cost b) { return {a.seconds + b.seconds, a.latency + b.latency}; }
-/// `w` priced on a device of `c`: `model::seconds` and `model::latency_seconds`.
-Cost cost_of(const Cluster& c, const model::Work& w);
+/// A compute span doing `works` on a device of `c`, as the emulator prices one: its unit's time
+/// (`model::span_seconds`, a node's memory shared by its G devices where the preset says so)
+/// and its latency (`model::latency_seconds`, summed).
+Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works);
+inline Cost cost_of(const Cluster& c, const model::Work& w) { return cost_of(c, {w}); }
 
 /// A persistent kernel on one device as the emulator runs it: grid = detail::persistent_grid(work,
 /// resident workgroups), workgroup w on compute unit w mod CUs (emu/ops.hpp `grid_for`,

@@ -212,6 +212,11 @@ TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   EXPECT_DOUBLE_EQ(m::node_memory_seconds(p, m::copy(3000)), 0.5e-6);
   p.efficiency[static_cast<int>(m::Kernel::copy)] = 0.5;
   EXPECT_DOUBLE_EQ(m::node_memory_seconds(p, m::copy(3000)), 2e-6);
+  // A span of two such copies: 12 us on its unit (6000 bytes each at 2 GB/s over 0.5), 4 us of
+  // the node's memory: with 4 devices sharing it, 16 us; with 2 or none, the unit's 12.
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(3000), m::copy(3000)}, 0), 12e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(3000), m::copy(3000)}, 2), 12e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(3000), m::copy(3000)}, 4), 16e-6);
   p.device.node_memory_gbps = 8;  // the devices' sum: each has its own
   EXPECT_FALSE(m::shares_node_memory(p));
   // amax of 2000 values: 8000 bytes read; over the whole device (4 GB/s) 2 us, after the 3 us

@@ -146,6 +146,27 @@ TEST(Sim, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
   EXPECT_NEAR(kernel(320), 5e-6 + 2082e-6, 1e-12);
 }
 
+TEST(Sim, DevicesSharingTheirNodesMemoryGetEqualShares) {
+  // Two devices of 1 GB/s on a node of 1 GB/s (cores of one machine, host's case): GemvAllReduce
+  // of 64 columns, K = 1024 a rank, is two 32-column tiles (135,296 bytes, 135.296 us of the
+  // unit, each) that take their bytes at half the node's memory, 541.184 us in all, as the
+  // emulator's spans do (model::span_seconds). With the node's memory the devices' sum, the
+  // unit's 270.592 us.
+  sim::Cluster c;
+  c.nodes = 1;
+  c.preset.name = "shared";
+  c.preset.device = {1, 4, 1e6, 1.0, 5.0, 1.0};
+  c.preset.links = {2, fc::model::PeerTopology::mesh, 1.0, 1.0, 1.0, 1.0, 0.0};
+  c.preset.efficiency.fill(1.0);
+  auto kernel = [&] {
+    const fc::GemvProblem pb = sim::gemv_problem({1, 2048, 64}, 2);
+    return sim::gemv_program(pb, c, 0, fc::Mode::unfused).front().seconds;
+  };
+  EXPECT_NEAR(kernel(), 5e-6 + 541.184e-6, 1e-12);
+  c.preset.device.node_memory_gbps = 2;
+  EXPECT_NEAR(kernel(), 5e-6 + 270.592e-6, 1e-12);
+}
+
 TEST(Sim, ARankThatWaitedRunsAHandOverLater) {
   // handover_us = 10: the receiver waited for the bytes, so it is done a transfer plus 10 us after
   // the start; a rank whose kernel outlasts the transfer did not wait.

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -236,6 +238,15 @@ bool shares_node_memory(const Preset& p);
 /// the node's: above 1 it draws fewer bytes than it counts (cache hits, no read of the lines it
 /// overwrites), below 1 its access pattern gets less out of the memory.
 double node_memory_seconds(const Preset& p, const Work& w);
+/// Seconds a compute span doing `works` holds its compute unit: the sum of their `seconds`, or,
+/// where `node_share` devices of the run share the node's memory (0: none do, or the preset's
+/// devices have memory of their own), their bytes at one device's equal share of it when that
+/// is longer (`node_memory_seconds` times `node_share`). The emulator's compute spans and the
+/// simulator's tiles both (docs/simulation.md, "Shared node memory").
+double span_seconds(const Preset& p, std::span<const Work> works, int node_share);
+inline double span_seconds(const Preset& p, std::initializer_list<Work> works, int node_share) {
+  return span_seconds(p, std::span<const Work>(works.begin(), works.size()), node_share);
+}
 /// `w` as one kernel spread over the whole device (every compute unit, all its bandwidth), for
 /// work the model prices as a pass of its own (the compressed wire's amax): launch plus
 /// `max(flops / (cu_rate * compute_units), bytes / memory_bandwidth) / efficiency`.
