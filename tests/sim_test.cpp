@@ -121,18 +121,25 @@ TEST(Sim, TheNetworkStacksCpuCostHoldsBothEnds) {
               fc::model::transfer_seconds(c.preset, 0, 1, bytes), 1e-6);
 }
 
+/// One node of `devices` devices of one compute unit at 1 GB/s, arithmetic free, the node's
+/// memory 1 GB/s (shared, as `host`'s cores share theirs), 1 GB/s links: times by hand.
+sim::Cluster toy_node(int devices) {
+  sim::Cluster c;
+  c.nodes = 1;
+  c.preset.name = "toy";
+  c.preset.device = {1, 4, 1e6, 1.0, 5.0, 1.0};
+  c.preset.links = {devices, fc::model::PeerTopology::mesh, 1.0, 1.0, 1.0, 1.0, 0.0};
+  c.preset.efficiency.fill(1.0);
+  return c;
+}
+
 TEST(Sim, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
   // One device of one compute unit at 1 GB/s (arithmetic free), GemvAllReduce of m = 1, k = 1024:
   // a 64-column tile streams 266,496 bytes, 266.496 us of the unit, in 260.25 rounds of scalar
   // loads (1024 bytes each) of 4 us: 1041 us of its workgroup. Two tiles on two workgroups of the
   // unit: the first holds the unit 0-266.5 us, the second 266.5-533, and both are done at 1041
   // (their loads overlap), the emulator's `ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit`.
-  sim::Cluster c;
-  c.nodes = 1;
-  c.preset.name = "lat";
-  c.preset.device = {1, 4, 1e6, 1.0, 5.0, 1.0};
-  c.preset.links = {1, fc::model::PeerTopology::mesh, 1.0, 1.0, 1.0, 1.0, 0.0};
-  c.preset.efficiency.fill(1.0);
+  sim::Cluster c = toy_node(1);
   auto kernel = [&](std::int64_t n) {
     const fc::GemvProblem pb = sim::gemv_problem({1, 1024, n}, 1);
     return sim::gemv_program(pb, c, 0, fc::Mode::unfused).front().seconds;
@@ -152,12 +159,7 @@ TEST(Sim, DevicesSharingTheirNodesMemoryGetEqualShares) {
   // unit, each) that take their bytes at half the node's memory, 541.184 us in all, as the
   // emulator's spans do (model::span_seconds). With the node's memory the devices' sum, the
   // unit's 270.592 us.
-  sim::Cluster c;
-  c.nodes = 1;
-  c.preset.name = "shared";
-  c.preset.device = {1, 4, 1e6, 1.0, 5.0, 1.0};
-  c.preset.links = {2, fc::model::PeerTopology::mesh, 1.0, 1.0, 1.0, 1.0, 0.0};
-  c.preset.efficiency.fill(1.0);
+  sim::Cluster c = toy_node(2);
   auto kernel = [&] {
     const fc::GemvProblem pb = sim::gemv_problem({1, 2048, 64}, 2);
     return sim::gemv_program(pb, c, 0, fc::Mode::unfused).front().seconds;
