@@ -10,8 +10,10 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fusedcoll/detail/agreement.hpp"
+#include "fusedcoll/detail/validate.hpp"
 #include "fusedcoll/error.hpp"
 
 namespace fusedcoll::gpu {
@@ -76,6 +78,26 @@ Args decode_agreed(const std::string& bytes) {
   FC_CHECK_INTERNAL(at == bytes.size(), "agreement record of ", bytes.size(), " bytes, ", at,
                     " read");
   return a;
+}
+
+/// Process mode's entry of a call (docs/gpu.md, "Process mode"; gpu/process.hpp's agree_world
+/// and the CPU suite's replay of it): validates this rank's own call, gives every rank's global
+/// fields to `exchange(bytes)`, which returns every rank's (index = rank: the call's rendezvous),
+/// and checks their agreement exactly as the single mode does with every rank's call in memory,
+/// so a mismatch is the same InvalidArgument on every rank before any data moves. Returns every
+/// rank's call with only its global fields set (this rank's is `mine` itself).
+template <class Args, class Exchange>
+std::vector<Args> agree_calls(int me, int P, const Args& mine, Exchange&& exchange) {
+  check(mine, me, P);
+  const std::vector<std::string> blobs = exchange(encode_agreed(mine));
+  FC_CHECK_INTERNAL(static_cast<int>(blobs.size()) == P, "agreement: ", blobs.size(),
+                    " records for ", P, " ranks");
+  std::vector<Args> all(blobs.size());
+  for (std::size_t r = 0; r < blobs.size(); ++r)
+    all[r] = static_cast<int>(r) == me ? mine : decode_agreed<Args>(blobs[r]);
+  detail::check_all_agree(P,
+                          [&](int r) -> const Args& { return all[static_cast<std::size_t>(r)]; });
+  return all;
 }
 
 }  // namespace fusedcoll::gpu

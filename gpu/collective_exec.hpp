@@ -33,6 +33,15 @@ struct XTarget {
   int signal_rank;  // -1: no signal
   int signal_slot;
 };
+/// Process mode: how a target on a proxied peer travels (docs/gpu.md, "Process mode"). The step
+/// writes it into this process's shadow of the peer's heap (the target's address), then the
+/// block posts a put of `n * width` bytes from there to the peer's heap at `offset`, before the
+/// target's signal. `peer` -1: nothing to put (the rank itself, an IPC peer, or the single mode).
+struct XPut {
+  std::uint64_t offset;
+  std::int32_t peer;
+  std::int32_t width;  // bytes per element of the target (the dtype's, or the wire's)
+};
 struct XStep {
   int wait_slot;  // -1: no wait
   std::uint64_t wait_target;
@@ -53,6 +62,7 @@ struct Exec {
   const int* step_begin;  // [P + 1]: rank r's steps are [step_begin[r], step_begin[r + 1])
   const XSource* sources;
   const XTarget* targets;
+  const XPut* puts;  // [target] in process mode; null in the single mode (nothing is put)
 };
 
 namespace exec {
@@ -247,6 +257,27 @@ FC_HD inline void run_step(const Exec& x, const XStep& s, int tid, int nthreads)
   if (x.dtype == exec::kI32) return exec::fold_step<std::int32_t>(x, s, tid, nthreads);
   if (x.dtype == exec::kI64) return exec::fold_step<std::int64_t>(x, s, tid, nthreads);
   exec::fold_step<float>(x, s, tid, nthreads);
+}
+
+/// One work item of a rank, the whole of a block's part in the protocol: the step's wait, the
+/// step, then for each target the put that carries it to a proxied peer (process mode) and the
+/// target's signal, in that order (put before signal). `Io` is the block's transport: the kernel's
+/// (block_wait, block_put, block_signal over its threads) or the CPU suite's (host threads, shared
+/// memory and the proxy's queue: tests/mpi/gpu_process_replay_test.cpp), so the order that the
+/// protocol depends on is this one code. Returns false when the wait gave up (the kernel then
+/// leaves).
+template <class Io>
+FC_HD bool run_item(const Exec& x, const XStep& s, Io& io) {
+  if (s.wait_slot >= 0 && !io.wait(s.wait_slot, s.wait_target)) return false;
+  io.run(x, s);
+  for (int d = s.dst_begin; d < s.dst_begin + s.dst_count; ++d) {
+    const XTarget& t = x.targets[d];
+    if (x.puts != nullptr && x.puts[d].peer >= 0)
+      io.put(x.puts[d].peer, x.puts[d].offset, t.p,
+             static_cast<std::uint64_t>(s.n) * static_cast<std::uint64_t>(x.puts[d].width));
+    if (t.signal_slot >= 0) io.signal(t.signal_rank, t.signal_slot);
+  }
+  return true;
 }
 
 }  // namespace fusedcoll::gpu::coll

@@ -122,19 +122,20 @@ std::vector<OwnerPlan> owner_plans(const Parts& parts, int P, std::size_t elem, 
 }
 
 /// The owner reduction of AllReduce `direct` and of ReduceScatter (OwnerPlan): part c is folded
-/// by rank c in rank order. Compressed: level 0 puts the encoded scatter tiles to their owners'
-/// stage; level 1 folds the owner's reduce tiles and hands each finished tile to `finish`.
-/// Uncompressed, nothing needs encoding on the way, and every rank's input is on the device
-/// before the launch and never written during the call, so the owner's fold reads its peers' send
-/// buffers in place (the scatter is skipped: one read of every input, no staging, no wait): on one
-/// device that is the memory-bound fold of the baseline.
+/// by rank c in rank order. Level 0 puts the scatter tiles (encoded, when compressed) to their
+/// owners' stage; level 1 folds the owner's reduce tiles and hands each finished tile to `finish`.
+/// Uncompressed on one device (Reach::device), nothing needs encoding on the way, and every rank's
+/// input is on the device before the launch and never written during the call, so the owner's
+/// fold reads its peers' send buffers in place (the scatter is skipped: one read of every input,
+/// no staging, no wait): on one device that is the memory-bound fold of the baseline. In process
+/// mode the inputs are put to their owners as the compressed ones are, raw.
 template <class Finish>
 void owner_reduce(Builder& b, const std::vector<OwnerPlan>& plans, const Fold& f,
                   Finish&& finish) {
   Plan& p = b.plan();
   const int P = p.P;
   const int64_t eb = static_cast<int64_t>(p.elem), we = static_cast<int64_t>(f.elem);
-  if (!f.compressed) {
+  if (!f.compressed && p.reach == Reach::device) {
     for (int r = 0; r < P; ++r)
       for (const Item& it : plans[r].reduce) {
         const int64_t at = plans[r].at(it);
@@ -339,11 +340,12 @@ void receive_blocks(Builder& b, const std::vector<ExchangePlan>& plans, int land
 
 }  // namespace
 
-Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
+Plan plan_all_reduce(std::span<const AllReduceArgs> all, Reach reach) {
   const AllReduceArgs& a = all[0];
   const int P = static_cast<int>(all.size());
   Builder b(std::string("all_reduce ") + to_string(a.algo), P, a.dtype);
   Plan& p = b.plan();
+  p.reach = reach;
   p.reduce = a.op;
   p.wire = a.wire;
   const Fold f = fold_of(a.wire, a.op, p.elem);
@@ -381,11 +383,12 @@ Plan plan_all_reduce(std::span<const AllReduceArgs> all) {
   return std::move(p);
 }
 
-Plan plan_reduce_scatter(std::span<const ReduceScatterArgs> all) {
+Plan plan_reduce_scatter(std::span<const ReduceScatterArgs> all, Reach reach) {
   const ReduceScatterArgs& a = all[0];
   const int P = static_cast<int>(all.size());
   Builder b("reduce_scatter", P, a.dtype);
   Plan& p = b.plan();
+  p.reach = reach;
   p.reduce = a.op;
   p.wire = a.wire;
   const Fold f = fold_of(a.wire, a.op, p.elem);

@@ -5,9 +5,11 @@
 // "Collectives"), and writing its targets, with at most one wait before it and a signal per
 // target after it. The steps are a translation of the shared plans (detail/collective_plan.hpp:
 // tiles, owner parts, ring steps, chain order, exchanges, remote-first orders; Tiling::gpu), which
-// the emulator runs too, onto the device's buffers and slots; except that an
-// uncompressed reduction's owner reads its peers' inputs in place (all ranks share one device,
-// and the inputs are uploaded before the launch), where the emulator puts them to the owner first.
+// the emulator runs too, onto the device's buffers and slots; except that, where every rank is on
+// this device (Reach::device), an uncompressed reduction's owner reads its peers' inputs in place
+// (the inputs are uploaded before the launch), where the emulator puts them to the owner first.
+// In process mode (Reach::process) a step reads only its own rank's buffers, and the owner's
+// inputs are put to it first, as in the emulator (gpu/collective_process.hpp runs those plans).
 //
 // Plain host code (no GPU types), built into fusedcoll_gpu and into the normal test suite, which
 // runs the plans on the CPU with the same step code as the kernel (gpu/collective_exec.hpp)
@@ -53,6 +55,17 @@ namespace fusedcoll::gpu::coll {
 /// encoded finished values of a compressed AllReduce).
 enum class Buf : std::uint8_t { send = 0, recv = 1, stage = 2, final_wire = 3 };
 inline constexpr int kNumBufs = 4;
+
+/// Where a call's ranks are, which decides what a step may read.
+enum class Reach : std::uint8_t {
+  /// Every rank on this device (the single-GPU mode), inputs uploaded before the launch and never
+  /// written: a fold reads its peers' inputs in place.
+  device = 0,
+  /// One rank per process (process mode): a step reads only its own rank's buffers, since a
+  /// proxied peer's memory cannot be read at all and an IPC peer's input is uploaded by that
+  /// peer whenever it gets there; every byte a step needs from a peer is put to it, signalled.
+  process = 1,
+};
 
 /// How a step reads or writes an element.
 enum class Access : std::uint8_t {
@@ -125,6 +138,7 @@ struct SlotRange {
 struct Plan {
   std::string name;  ///< "all_reduce ring", ...
   int P = 1;
+  Reach reach = Reach::device;
   DType dtype = DType::f32;
   ReduceOp reduce = ReduceOp::sum;
   std::size_t elem = 4;
@@ -151,9 +165,11 @@ struct Plan {
   }
 };
 
-/// The plans of the five collectives over every rank's (validated, agreeing) arguments.
-Plan plan_all_reduce(std::span<const AllReduceArgs> all);
-Plan plan_reduce_scatter(std::span<const ReduceScatterArgs> all);
+/// The plans of the five collectives over every rank's (validated, agreeing) arguments. In
+/// process mode a peer's call carries only its agreed fields (gpu/agreement_codec.hpp): the plans
+/// read nothing else of it but its buffers' addresses, for transfers only its own rank makes.
+Plan plan_all_reduce(std::span<const AllReduceArgs> all, Reach reach = Reach::device);
+Plan plan_reduce_scatter(std::span<const ReduceScatterArgs> all, Reach reach = Reach::device);
 Plan plan_all_gather(std::span<const AllGatherArgs> all);
 Plan plan_all_to_allv(std::span<const AllToAllvArgs> all);
 Plan plan_broadcast(std::span<const BroadcastArgs> all);

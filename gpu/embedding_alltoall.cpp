@@ -246,25 +246,14 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
 
   Arena arena;
   std::vector<EmbRank> ranks(P);
-  // Process mode: every rank's out, recv and stage at the same offsets of its heap (sizes from
-  // agreed fields only); a peer's as this rank reaches it (mapped, or a shadow for the proxy).
-  const std::size_t out_off = 0, recv_off = align_up(pl.recv_bytes()),
-                    stage_off = recv_off + align_up(pl.recv_bytes());
+  // Process mode: the buffers in the symmetric heap (carve_heap).
+  const std::size_t out_off = 0;
+  std::size_t recv_off = 0;
   Process* process = ctx.process();
 #if defined(FC_GPU_PROCESS)
-  if (process != nullptr) {
-    process->reserve(stage_off + align_up(pl.stage_bytes()));
-    for (int r = 0; r < P; ++r) {
-      unsigned char* base = process->peer_heap(r);
-      ranks[r].out = reinterpret_cast<float*>(base + out_off);
-      ranks[r].recv = reinterpret_cast<float*>(base + recv_off);
-      ranks[r].stage = reinterpret_cast<float*>(base + stage_off);
-    }
-    poison_device(ranks[me_only].out, batch[me_only] * T * D);
-    // No peer stores into this rank's output before it is poisoned, nor into a heap that some
-    // rank has not finished mapping.
-    process->exchange("", "to start " + op);
-  }
+  if (process != nullptr)
+    recv_off = carve_heap(*process, ranks, pl.recv_bytes(), pl.recv_bytes(), pl.stage_bytes(),
+                          batch[me_only] * T * D, op);
 #endif
   for (int r = 0; r < P; ++r) {
     if (process != nullptr && r != me_only) continue;  // a peer's tables stay with the peer
@@ -383,13 +372,7 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
     g2 = push_unfused ? ctx.blocks_per_rank(emb_scale_out, std::max(most_items - most, elem_blocks))
                       : ctx.blocks_per_rank(emb_gather, elem_blocks);
   }
-  // The push exchange: the scale_out kernel over no tiles, its own work-queue counters.
-  EmbParams push = p;
-  if (push_unfused) {
-    push.tile_begin = arena.upload(std::vector<std::int64_t>(P + 1, 0));
-    push.claims = arena.alloc_zeroed<unsigned long long>(P);
-    push.unpack_self = 1;
-  }
+  const EmbParams push = push_unfused ? push_exchange(p, arena, P) : p;
   const int gy = process != nullptr ? 1 : P;  // process mode: this rank's blocks only
   ctx.start_timing();
   if (mode == Mode::scale_up) {

@@ -18,6 +18,15 @@
 // - unfused  : kernel 1 computes every tile into per-source row blocks of the stage; kernel 2
 //              (after the kernel boundary, no signals) copies each rank's rows from every host's
 //              stage into expert order.
+//
+// Process mode (docs/gpu.md, "Process mode") runs the same kernels for this process's rank only
+// (grid (g, 1), the rank in GemmParams::me), on buffers carved from the symmetric heap: scale_up
+// stores into a proxied source's output go into this rank's shadow of it and leave as puts (a
+// tile's rows, or the whole tile when it spans every column), then the signal; scale_out's pieces
+// are put straight from the staged slice. Unfused cannot pull from the hosts' stages (a proxied
+// peer's memory cannot be read), so after the compute kernel the scale_out kernel runs over no
+// tiles: every slice of the stage is put to its source and copied out, this rank's own from the
+// stage.
 
 #include <algorithm>
 #include <cstdint>
@@ -25,6 +34,9 @@
 
 #include "fusedcoll/detail/gemm_plan.hpp"
 #include "gpu/ops.hpp"
+#if defined(FC_GPU_PROCESS)
+#include "gpu/process.hpp"
+#endif
 
 namespace fusedcoll::gpu::ops {
 namespace {
@@ -84,7 +96,17 @@ struct GemmParams {
   const std::uint64_t* wait_target;  // [me][h]
   const std::uint64_t* done_target;  // [me][s]
   const std::uint64_t* sent_target;  // [me][s]
+  // Process mode: this process's rank (-1: single mode, the rank is blockIdx.y), the heap's id,
+  // and byte offsets of out and recv in every rank's heap.
+  int me;
+  int heap;
+  std::uint64_t out_off, recv_off;
+  int unpack_self;  // process mode's unfused exchange: this rank's own rows come from `stage`
 };
+
+__device__ inline int rank_of(const GemmParams& p) {
+  return p.me >= 0 ? p.me : static_cast<int>(blockIdx.y);
+}
 
 /// dst[r * ldd + c] = sum over k of a[r][k] * w[k][n0 + c] for r < rows, c < cols.
 __device__ void gemm_tile(const float* a, const float* w, std::int64_t K, std::int64_t N,
@@ -140,13 +162,26 @@ __device__ void copy_runs(const GemmParams& p, int me, int h, const float* src) 
 }
 
 __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_up(GemmParams p) {
-  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const int me = rank_of(p), P = p.P;
   const GemmRank& R = p.ranks[me];
+  const std::int64_t N = p.N;
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
   for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
     const GemmTile tl = p.tiles[p.tile_begin[me] + i];
-    compute(p, R, tl, p.ranks[tl.s].out + tl.out_row * p.N + tl.n0, p.N);
-    block_signal(p.sync, tl.s, p.from + me, 1);
+    float* dst = p.ranks[tl.s].out + tl.out_row * N + tl.n0;
+    compute(p, R, tl, dst, N);
+    // A proxied source: the tile went into this rank's shadow of its output and travels as
+    // puts, one per row (a tile's rows are not contiguous unless it spans every column).
+    if (proxied(p.sync, tl.s)) {
+      const std::uint64_t at = p.out_off + static_cast<std::uint64_t>(tl.out_row * N + tl.n0) * 4;
+      if (tl.cols == N)
+        block_put(p.sync, me, tl.s, p.heap, at, dst, static_cast<std::uint64_t>(tl.rows * N) * 4);
+      else
+        for (std::int64_t r = 0; r < tl.rows; ++r)
+          block_put(p.sync, me, tl.s, p.heap, at + static_cast<std::uint64_t>(r * N) * 4,
+                    dst + r * N, static_cast<std::uint64_t>(tl.cols) * 4);
+    }
+    block_signal(p.sync, tl.s, p.from + me, 1, me);
   }
   if (blockIdx.x == 0)
     for (int j = 1; j <= P; ++j) {
@@ -156,7 +191,7 @@ __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_up(GemmParams p) {
 }
 
 __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_out(GemmParams p) {
-  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const int me = rank_of(p), P = p.P;
   const GemmRank& R = p.ranks[me];
   const std::int64_t N = p.N;
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
@@ -167,10 +202,17 @@ __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_out(GemmParams p) {
     if (i >= nt) {
       const PutPiece pc = p.pieces[p.piece_begin[me] + i - nt];
       if (!block_wait(p.sync, me, p.done + pc.q, p.done_target[me * P + pc.q])) return;
-      block_copy(p.ranks[pc.q].recv + p.recv_at[me * P + pc.q] * N + pc.off,
-                 R.stage + p.stage_at[me * P + pc.q] * N + pc.off, pc.len);
+      const float* slice = R.stage + p.stage_at[me * P + pc.q] * N + pc.off;
+      const std::int64_t at = p.recv_at[me * P + pc.q] * N + pc.off;
+      if (proxied(p.sync, pc.q))  // straight from the staged slice, which stays until the call ends
+        block_put(p.sync, me, pc.q, p.heap, p.recv_off + static_cast<std::uint64_t>(at) * 4, slice,
+                  static_cast<std::uint64_t>(pc.len) * 4);
+      else
+        block_copy(p.ranks[pc.q].recv + at, slice, pc.len);
+      // The piece that completes the slice signals: every other piece's put was posted before
+      // its block's add on the done-counter, so before this signal in the proxy's queue.
       if (block_done_is_last(slot_ptr(p.sync, me, p.sent + pc.q), p.sent_target[me * P + pc.q]))
-        block_signal(p.sync, pc.q, p.arrive + me, 1);
+        block_signal(p.sync, pc.q, p.arrive + me, 1, me);
       continue;
     }
     const GemmTile tl = p.tiles[p.tile_begin[me] + i];
@@ -180,11 +222,15 @@ __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_out(GemmParams p) {
     }
     float* slice = R.stage + p.stage_at[me * P + tl.s] * N;
     compute(p, R, tl, slice + tl.so_row * N + tl.n0, N);
-    block_signal(p.sync, me, p.done + tl.s, 1);
+    block_signal(p.sync, me, p.done + tl.s, 1, me);
   }
-  for (int j = 1; j < P; ++j) {
+  for (int j = p.unpack_self != 0 ? 0 : 1; j < P; ++j) {
     const int h = (me + j) % P;
     if (p.ntiles[h * P + me] == 0) continue;  // that host sends us no slice
+    if (h == me) {  // process mode's unfused exchange: this rank's own rows, from its stage
+      copy_runs(p, me, h, R.stage);
+      continue;
+    }
     if (!block_wait(p.sync, me, p.arrive + h, p.wait_target[me * P + h])) return;
     copy_runs(p, me, h, R.recv);
   }
@@ -192,7 +238,7 @@ __global__ void FC_LAUNCH_BOUNDS(kThreads, 4) gemm_scale_out(GemmParams p) {
 
 /// Unfused kernel 1: every local tile into the stage's per-source row blocks.
 __global__ void gemm_compute(GemmParams p) {
-  const int me = static_cast<int>(blockIdx.y), P = p.P;
+  const int me = rank_of(p), P = p.P;
   const GemmRank& R = p.ranks[me];
   const std::int64_t nt = p.tile_begin[me + 1] - p.tile_begin[me];
   for (std::int64_t i = block_claim(p.claims + me); i < nt; i = block_claim(p.claims + me)) {
@@ -212,8 +258,12 @@ __global__ void gemm_gather(GemmParams p) {
 void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mode) {
   detail::check_mode(mode);
   const int P = ctx.world_size();
-  check_world(all, P);
+  // Process mode: `all` holds every rank's global fields, this rank's call in full (agree_world).
+  const int me_only = ctx.me();
+  if (me_only < 0) check_world(all, P);
   const std::string op = std::string("gemm_alltoall ") + to_string(mode);
+  // Process mode's unfused exchange pushes (see the file comment).
+  const bool push_unfused = me_only >= 0 && mode == Mode::unfused;
   ctx.begin_call(op);
   const GemmAllToAllArgs& g = all[0];
   const std::int64_t K = g.k, N = g.n;
@@ -254,15 +304,16 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
     most = std::max(most, tile_begin[me + 1] - tile_begin[me]);
   }
 
-  // Row runs into each rank's output: from h's slice in me's recv (scale_out) or from h's stage
-  // (unfused).
+  // Row runs into each rank's output: from h's slice in me's recv (scale_out, and the pushed
+  // unfused exchange but for the own rows, which stay in me's stage) or from h's stage (unfused).
   std::vector<RowRun> runs;
   std::vector<std::int64_t> run_begin(P * P + 1, 0);
   std::int64_t most_rows = 0;
   for (int me = 0; me < P; ++me)
     for (int h = 0; h < P; ++h) {
+      const bool from_stage = mode == Mode::unfused && (!push_unfused || h == me);
       for (int e : pl.experts_of[h]) {
-        const std::int64_t base = mode == Mode::unfused ? stage_at[h * P + me] : recv_at[h * P + me];
+        const std::int64_t base = from_stage ? stage_at[h * P + me] : recv_at[h * P + me];
         if (pl.c(me, e) > 0) runs.push_back({base + pl.so[me][e], pl.o0[me][e], pl.c(me, e)});
         most_rows = std::max(most_rows, pl.c(me, e));
       }
@@ -273,13 +324,28 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   std::vector<GemmRank> ranks(P);
   const std::int64_t stage_rows = pl.stage_rows(), recv_rows = pl.recv_rows();
   std::vector<std::int64_t> out_rows(P, 0);
+  std::int64_t most_out = 0;
   for (int r = 0; r < P; ++r) {
-    out_rows[r] = output_rows(all[r], r);
+    out_rows[r] = output_rows(all[r], r);  // from the agreed counts alone
+    most_out = std::max(most_out, out_rows[r]);
+  }
+  // Process mode: the buffers in the symmetric heap (carve_heap).
+  const std::size_t out_off = 0;
+  std::size_t recv_off = 0;
+  Process* process = ctx.process();
+#if defined(FC_GPU_PROCESS)
+  if (process != nullptr)
+    recv_off = carve_heap(*process, ranks, static_cast<std::size_t>(most_out * N) * sizeof(float),
+                          pl.recv_bytes(), pl.stage_bytes(), out_rows[me_only] * N, op);
+#endif
+  for (int r = 0; r < P; ++r) {
+    if (process != nullptr && r != me_only) continue;  // a peer's experts stay with the peer
     std::vector<GemmExpert> experts;
     for (const LocalExpert& ex : all[r].local_experts)
       experts.push_back({arena.upload(pack<float>(ex.a, ex.a.size(0), K)),
                          arena.upload(pack<float>(ex.w, K, N))});
     ranks[r].experts = arena.upload(experts);
+    if (process != nullptr) continue;
     ranks[r].out = arena.alloc_poisoned(out_rows[r] * N);
     ranks[r].stage = mode == Mode::scale_up ? nullptr : arena.alloc<float>(stage_rows * N);
     ranks[r].recv = mode == Mode::scale_out ? arena.alloc<float>(recv_rows * N) : nullptr;
@@ -300,12 +366,21 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   p.run_begin = arena.upload(run_begin);
   p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
+  p.me = me_only;
+  p.heap = -1;
+#if defined(FC_GPU_PROCESS)
+  if (process != nullptr) p.heap = process->heap_id();
+#endif
+  p.out_off = out_off;
+  p.recv_off = recv_off;
+  p.unpack_self = 0;
 
-  // scale_out: each rank's slice puts in pieces, sources in remote-first order.
+  // scale_out (and the pushed unfused exchange): each rank's slice puts in pieces, sources in
+  // remote-first order.
   std::vector<PutPiece> pieces;
   std::vector<std::int64_t> piece_begin(P + 1, 0), piece_count(static_cast<std::size_t>(P * P), 0);
   std::int64_t most_items = most;
-  if (mode == Mode::scale_out)
+  if (mode == Mode::scale_out || push_unfused)
     for (int me = 0; me < P; ++me) {
       for (int s : remote_first(me, P))
         if (s != me && ntiles[me * P + s] > 0)
@@ -324,14 +399,15 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
     for (int me = 0; me < P; ++me)
       for (int h = 0; h < P; ++h)
         wait_target[me * P + h] = ctx.expect(me, p.from + h, ntiles[h * P + me]);
-  } else if (mode == Mode::scale_out) {
+  } else if (mode == Mode::scale_out || push_unfused) {
     p.done = ctx.slots("gemm.done", P);
     p.arrive = ctx.slots("gemm.arrive", P);
     p.sent = ctx.slots("gemm.sent", P);
     for (int me = 0; me < P; ++me)
       for (int o = 0; o < P; ++o) {
         if (o == me) continue;
-        done_target[me * P + o] = ctx.expect(me, p.done + o, ntiles[me * P + o]);
+        // The pushed exchange's slices were computed by the kernel before: no done-mask.
+        done_target[me * P + o] = ctx.expect(me, p.done + o, push_unfused ? 0 : ntiles[me * P + o]);
         sent_target[me * P + o] =
             ctx.expect(me, p.sent + o, static_cast<std::uint64_t>(piece_count[me * P + o]));
         // A host sends a slice (one signal) exactly when it has tiles for us.
@@ -352,24 +428,33 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
     g1 = ctx.blocks_per_rank(gemm_scale_out, std::max(most_items, copy_blocks));
   } else {
     g1 = ctx.blocks_per_rank(gemm_compute, most);
-    g2 = ctx.blocks_per_rank(gemm_gather, copy_blocks);
+    g2 = push_unfused
+             ? ctx.blocks_per_rank(gemm_scale_out, std::max(most_items - most, copy_blocks))
+             : ctx.blocks_per_rank(gemm_gather, copy_blocks);
   }
+  const GemmParams push = push_unfused ? push_exchange(p, arena, P) : p;
+  const int gy = process != nullptr ? 1 : P;  // process mode: this rank's blocks only
   ctx.start_timing();
   if (mode == Mode::scale_up) {
-    gemm_scale_up<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
+    gemm_scale_up<<<dim3(g1, gy), kThreads, 0, ctx.stream()>>>(p);
   } else if (mode == Mode::scale_out) {
-    gemm_scale_out<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
+    gemm_scale_out<<<dim3(g1, gy), kThreads, 0, ctx.stream()>>>(p);
   } else {
-    gemm_compute<<<dim3(g1, P), kThreads, 0, ctx.stream()>>>(p);
+    gemm_compute<<<dim3(g1, gy), kThreads, 0, ctx.stream()>>>(p);
     FC_CHECK_GPU(gpuGetLastError());
-    gemm_gather<<<dim3(g2, P), kThreads, 0, ctx.stream()>>>(p);
+    if (push_unfused)
+      gemm_scale_out<<<dim3(g2, gy), kThreads, 0, ctx.stream()>>>(push);
+    else
+      gemm_gather<<<dim3(g2, gy), kThreads, 0, ctx.stream()>>>(p);
   }
   ctx.stop_timing();
   ctx.finish(op);
 
-  for (int r = 0; r < P; ++r)
+  for (int r = 0; r < P; ++r) {
+    if (process != nullptr && r != me_only) continue;
     download_rows(ranks[r].out, out_rows[r], N, static_cast<float*>(all[r].output.data()),
                   out_rows[r] > 0 ? all[r].output.stride(0) : N);
+  }
 }
 
 }  // namespace fusedcoll::gpu::ops

@@ -5,7 +5,9 @@
 // (blockIdx.y = rank), download. The kernels live in the op's .cpp file; the arithmetic helpers
 // every kernel shares are below.
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "fusedcoll/communicator.hpp"
 #include "fusedcoll/detail/validate.hpp"
@@ -23,6 +25,19 @@ void check_world(std::span<const Args> all, int world_size) {
   FC_ENFORCE_EQ(static_cast<int>(all.size()), world_size, "one call per rank of the world");
   for (int r = 0; r < world_size; ++r) check(all[r], r, world_size);
   detail::check_all_agree(world_size, [&](int r) -> const Args& { return all[r]; });
+}
+
+/// Process mode's unfused exchange of the All-to-All operators (docs/gpu.md, "Process mode"):
+/// `p` for their scale_out kernel run over no tiles, with its own work-queue counters, so that it
+/// only puts every slice of the stage to its destination and copies each into place, this rank's
+/// own from the stage.
+template <class Params>
+Params push_exchange(const Params& p, Arena& arena, int P) {
+  Params push = p;
+  push.tile_begin = arena.upload(std::vector<std::int64_t>(static_cast<std::size_t>(P) + 1, 0));
+  push.claims = arena.alloc_zeroed<unsigned long long>(P);
+  push.unpack_self = 1;
+  return push;
 }
 
 #if defined(FC_GPU_HIP) || defined(FC_GPU_CUDA)

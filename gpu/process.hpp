@@ -133,26 +133,37 @@ class Process {
   std::unique_ptr<proxy::Proxy> proxy_;
 };
 
-/// Process mode's entry of a call: validates this rank's own arguments, exchanges every rank's
-/// global fields (the rendezvous), and checks their agreement as the single mode does with every
-/// rank's call in memory, so a mismatch is the same InvalidArgument on every rank before any data
-/// moves. Returns every rank's call with only its global fields set (index = rank; this rank's is
-/// `mine` itself).
+/// An operator's three buffers in process mode: out at 0, then recv and stage, at the same offsets
+/// of every rank's heap (sizes from agreed fields only, so the same on every rank), each rank's
+/// as this rank reaches it (its own heap, an IPC mapping, or its shadow of a proxied peer's).
+/// Poisons this rank's output (`out_floats`), then meets the peers ("to start `op`"): no peer
+/// stores into it before it is poisoned, nor into a heap that some rank has not finished mapping.
+/// Returns recv's offset (a put's target into a peer's recv).
+template <class Rank>
+std::size_t carve_heap(Process& process, std::vector<Rank>& ranks, std::size_t out_bytes,
+                       std::size_t recv_bytes, std::size_t stage_bytes, std::int64_t out_floats,
+                       const std::string& op) {
+  const std::size_t recv_off = align_up(out_bytes), stage_off = recv_off + align_up(recv_bytes);
+  process.reserve(stage_off + align_up(stage_bytes));
+  for (int r = 0; r < process.size(); ++r) {
+    unsigned char* base = process.peer_heap(r);
+    ranks[static_cast<std::size_t>(r)].out = reinterpret_cast<float*>(base);
+    ranks[static_cast<std::size_t>(r)].recv = reinterpret_cast<float*>(base + recv_off);
+    ranks[static_cast<std::size_t>(r)].stage = reinterpret_cast<float*>(base + stage_off);
+  }
+  poison_device(ranks[static_cast<std::size_t>(process.rank())].out, out_floats);
+  process.exchange("", "to start " + op);
+  return recv_off;
+}
+
+/// Process mode's entry of a call (agree_calls, gpu/agreement_codec.hpp) over the process's
+/// exchange, under its timeout: every rank's call with only its global fields set, this rank's
+/// in full.
 template <class Args>
 std::vector<Args> agree_world(Process& process, const Args& mine, const std::string& op) {
-  check(mine, process.rank(), process.size());
-  const std::vector<std::string> blobs = process.exchange(encode_agreed(mine), "to enter " + op);
-  std::vector<Args> all(blobs.size());
-  for (std::size_t r = 0; r < blobs.size(); ++r) {
-    if (static_cast<int>(r) == process.rank()) {
-      all[r] = mine;
-      continue;
-    }
-    all[r] = decode_agreed<Args>(blobs[r]);
-  }
-  detail::check_all_agree(process.size(),
-                          [&](int r) -> const Args& { return all[static_cast<std::size_t>(r)]; });
-  return all;
+  return agree_calls(process.rank(), process.size(), mine, [&](const std::string& blob) {
+    return process.exchange(blob, "to enter " + op);
+  });
 }
 
 }  // namespace fusedcoll::gpu

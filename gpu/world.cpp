@@ -244,21 +244,49 @@ class ProcessBackend final : public Backend {
 #endif
   }
   void gemv_allreduce(const GemvAllReduceArgs&, Mode) override { missing("gemv_allreduce"); }
-  void gemm_alltoall(const GemmAllToAllArgs&, Mode) override { missing("gemm_alltoall"); }
-  void all_reduce(const AllReduceArgs&) override { missing("all_reduce"); }
-  void all_to_allv(const AllToAllvArgs&) override { missing("all_to_allv"); }
-  void reduce_scatter(const ReduceScatterArgs&) override { missing("reduce_scatter"); }
-  void all_gather(const AllGatherArgs&) override { missing("all_gather"); }
-  void broadcast(const BroadcastArgs&) override { missing("broadcast"); }
+  void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
+#if defined(FC_GPU_PROCESS)
+    const std::string op = std::string("gemm_alltoall ") + to_string(mode);
+    ops::gemm_alltoall(ctx_, agree_world(*ctx_.process(), args, op), mode);
+#else
+    (void)args;
+    (void)mode;
+#endif
+  }
+  void all_reduce(const AllReduceArgs& args) override {
+    meet(args, "all_reduce", coll::all_reduce);
+  }
+  void all_to_allv(const AllToAllvArgs& args) override {
+    meet(args, "all_to_allv", coll::all_to_allv);
+  }
+  void reduce_scatter(const ReduceScatterArgs& args) override {
+    meet(args, "reduce_scatter", coll::reduce_scatter);
+  }
+  void all_gather(const AllGatherArgs& args) override {
+    meet(args, "all_gather", coll::all_gather);
+  }
+  void broadcast(const BroadcastArgs& args) override { meet(args, "broadcast", coll::broadcast); }
 
  private:
+  /// A collective: the peers' agreed fields (agree_world), then `run` over every rank's call.
+  template <class Args>
+  void meet(const Args& args, const char* name, void (*run)(Context&, std::span<const Args>)) {
+#if defined(FC_GPU_PROCESS)
+    const std::vector<Args> all = agree_world(*ctx_.process(), args, name);
+    run(ctx_, all);
+#else
+    (void)args;
+    (void)name;
+    (void)run;
+#endif
+  }
   /// What process mode does not run yet (docs/gpu.md, "What was verified, what remains"): an
   /// error, the same on every rank, before anything moves.
   [[noreturn]] static void missing(const char* op) {
     throw UnsupportedError(
         detail::make_string("fusedcoll gpu: ", op,
                             " is not implemented in process mode yet (docs/gpu.md, 'What "
-                            "remains'); embedding_alltoall is, in every mode"));
+                            "remains'); the other operators and the collectives are"));
   }
   Context& ctx_;
   Kernels& kernels_;

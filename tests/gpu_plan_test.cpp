@@ -1,4 +1,5 @@
-// The GPU backend's collectives without a GPU: the plans of gpu/collective_plan.cpp executed on
+// The GPU backend's collectives without a GPU: the plans of gpu/collective_plan.cpp (and their
+// process-mode forms, gpu/collective_process.hpp) executed on
 // the CPU by the same step code the kernel runs (gpu/collective_exec.hpp), under a simulated
 // scheduler of resident blocks (each rank's steps dealt round-robin to G blocks, the next block
 // to move picked at random among those whose wait is satisfied, as the kernel's persistent blocks
@@ -9,7 +10,8 @@
 // Beside the results, each plan is checked for the protocol the device relies on: no deadlock
 // for any block count; every wait's target equals the signals its slot gets in the call; no two
 // targets write the same bytes; every scratch byte a step reads was written by a put whose signal
-// is the very slot the step waited for (put, signal, wait, read).
+// is the very slot the step waited for (put, signal, wait, read). Process mode's plans
+// (Reach::process) run the same way, and no step of theirs reads another rank's buffer at all.
 
 #include <gtest/gtest.h>
 
@@ -31,6 +33,7 @@
 #include "fusedcoll/detail/wire.hpp"
 #include "gpu/collective_exec.hpp"
 #include "gpu/collective_plan.hpp"
+#include "gpu/collective_process.hpp"
 
 namespace {
 
@@ -123,6 +126,12 @@ void check_protocol(const coll::Plan& p) {
         const coll::Source& src = p.sources[k];
         const std::int64_t b = src.at.offset, e = b + s.n * width(src.access);
         ASSERT_LE(e, p.buf_bytes[static_cast<int>(src.at.buf)][src.at.rank]) << where(p, r, i);
+        // Process mode: a step reads its own rank's buffers only (a proxied peer's cannot be
+        // read, an IPC peer's input is uploaded whenever that peer gets there).
+        if (p.reach == coll::Reach::process) {
+          ASSERT_EQ(src.at.rank, r) << where(p, r, i) << " reads rank " << src.at.rank
+                                    << "'s buffer in a process-mode plan";
+        }
         // Inputs: uploaded before the launch and never a target, so any rank may read them in
         // place (all ranks share one device).
         if (src.at.buf == coll::Buf::send) continue;
@@ -237,8 +246,9 @@ void simulate(const coll::Plan& p, int G, std::uint64_t seed) {
 }
 
 template <class Args>
-coll::Plan plan_of(std::span<const Args> all) {
+coll::Plan plan_of(std::span<const Args> all, coll::Reach reach) {
   fc::detail::check_world_calls(all);
+  if (reach == coll::Reach::process) return coll::process_plan(all);
   if constexpr (std::is_same_v<Args, fc::AllReduceArgs>)
     return coll::plan_all_reduce(all);
   else if constexpr (std::is_same_v<Args, fc::ReduceScatterArgs>)
@@ -252,7 +262,8 @@ coll::Plan plan_of(std::span<const Args> all) {
 }
 
 /// Runs every case through the plan simulation (G blocks per rank), then ref/, and compares.
-void run_simulated(Cases& cases, int P, int G, std::uint64_t seed) {
+void run_simulated(Cases& cases, int P, int G, std::uint64_t seed,
+                   coll::Reach reach = coll::Reach::device) {
   for (auto& c : cases) {
     Recorded rec;
     for (int r = 0; r < P; ++r) {
@@ -261,15 +272,15 @@ void run_simulated(Cases& cases, int P, int G, std::uint64_t seed) {
     }
     coll::Plan plan;
     if (!rec.all_reduce.empty())
-      plan = plan_of<fc::AllReduceArgs>(rec.all_reduce);
+      plan = plan_of<fc::AllReduceArgs>(rec.all_reduce, reach);
     else if (!rec.reduce_scatter.empty())
-      plan = plan_of<fc::ReduceScatterArgs>(rec.reduce_scatter);
+      plan = plan_of<fc::ReduceScatterArgs>(rec.reduce_scatter, reach);
     else if (!rec.all_gather.empty())
-      plan = plan_of<fc::AllGatherArgs>(rec.all_gather);
+      plan = plan_of<fc::AllGatherArgs>(rec.all_gather, reach);
     else if (!rec.all_to_allv.empty())
-      plan = plan_of<fc::AllToAllvArgs>(rec.all_to_allv);
+      plan = plan_of<fc::AllToAllvArgs>(rec.all_to_allv, reach);
     else
-      plan = plan_of<fc::BroadcastArgs>(rec.broadcast);
+      plan = plan_of<fc::BroadcastArgs>(rec.broadcast, reach);
     SCOPED_TRACE(c->what);
     check_protocol(plan);
     simulate(plan, G, seed++);
@@ -340,6 +351,21 @@ TEST_P(GpuPlan, CompressedChainMatchesRef) {
   Cases cases;
   add_compressed_chain(cases, P, 3000);
   run_simulated(cases, P, 1 + P % 2, 17);
+}
+
+// Process mode's plans: the reductions put every contribution to its owner first (the other
+// collectives' plans are the same in both modes), plain and compressed.
+TEST_P(GpuPlan, ProcessModeMatchesRef) {
+  const int P = GetParam();
+  Cases cases;
+  add_all_reduce_grid(cases, P, 3 * 16384 * P + 11);
+  add_reduce_scatter_grid(cases, P);
+  add_all_gather_grid(cases, P);
+  add_all_to_allv_grid(cases, P);
+  add_broadcast_grid(cases, P);
+  add_compressed(cases, P, 4000);
+  add_compressed_chain(cases, P, 5000);
+  run_simulated(cases, P, 1 + P % 3, 18, coll::Reach::process);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GpuPlan, ::testing::Values(1, 2, 3, 4, 7, 8),

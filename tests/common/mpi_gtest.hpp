@@ -31,6 +31,18 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   std::string test_;
 };
 
+/// This process's rank in MPI_COMM_WORLD, and the world's size.
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
 /// MPI_Init_thread (MPI_THREAD_MULTIPLE) and GoogleTest's, with rank 0's printer only; returns
 /// the rank.
 inline int mpi_gtest_init(int& argc, char** argv) {

@@ -1,7 +1,9 @@
 // The GPU backend's process mode (label gpu), under mpiexec: one rank per process, P = 2 and 4
 // sharing one device in CI's GPU check, peers through IPC mappings or, with
 // FUSEDCOLL_GPU_PROXY=all, through the host proxy. Every rank checks its own output against ref/
-// bit for bit (integer inputs; ops::OpCase builds the whole world from the seed in every process).
+// bit for bit: EmbeddingAllToAll and GemmAllToAll in every mode (ops::OpCase builds the whole
+// world from the seed in every process), and every collective, compressed wires included (the
+// shared grids of tests/common/collective_cases.hpp, each rank's whole memory block).
 // A wait for a signal that never comes ends in TimeoutError naming rank, block, slot, expected,
 // observed and the proxy's view, instead of hanging. Skipped where no device is visible. Plain C++:
 // the probe's kernel lives in signal_probe.cpp.
@@ -14,6 +16,7 @@
 #include "fusedcoll/env.hpp"
 #include "fusedcoll/error.hpp"
 #include "fusedcoll/gpu.hpp"
+#include "tests/common/compressed_cases.hpp"
 #include "tests/common/mpi_gtest.hpp"
 #include "tests/common/op_cases.hpp"
 #include "tests/gpu/kernel_cases.hpp"
@@ -73,17 +76,70 @@ TEST(GpuProcess, RepeatedCallsReuseTheHeapAndSlots) {
   }
 }
 
+TEST(GpuProcess, GemmMatchesRefOnEveryRank) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  auto check = [&](const fc::GemmProblem& pb, Mode mode) {
+    OpCase<fc::GemmProblem> c(pb, mode);
+    gpu.run([&](fc::Communicator& comm) {
+      c.call(comm);
+      EXPECT_TRUE(c.same_as_ref(comm.rank())) << route_note();
+    });
+  };
+  gemm_grid(P, check);
+  gemm_edge_shapes(P, check);
+}
+
+namespace coll_cases = fctest::collectives;
+
+/// Every rank makes its own call of each case (the ranks meet at every call), then ref/ runs
+/// for every rank and each rank compares its own memory block.
+void run_collectives(fc::gpu::World& gpu, coll_cases::Cases& cases) {
+  std::string first;
+  gpu.run([&](fc::Communicator& comm) {
+    for (auto& c : cases) {
+      c->on_backend(comm);
+      c->on_ref();
+      const std::string d =
+          coll_cases::first_difference(*c, static_cast<std::size_t>(comm.rank()), "gpu process");
+      if (first.empty()) first = d;
+    }
+  });
+  EXPECT_EQ(first, "") << route_note();
+}
+
+TEST(GpuProcess, CollectivesMatchRefOnEveryRank) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  coll_cases::Cases cases;
+  coll_cases::add_all_reduce_grid(cases, P, 3 * 16384 * P + 11);
+  coll_cases::add_reduce_scatter_grid(cases, P);
+  coll_cases::add_all_gather_grid(cases, P);
+  coll_cases::add_all_to_allv_grid(cases, P);
+  coll_cases::add_broadcast_grid(cases, P);
+  run_collectives(gpu, cases);
+}
+
+TEST(GpuProcess, CompressedCollectivesMatchRefOnEveryRank) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
+  coll_cases::Cases cases;
+  coll_cases::add_compressed(cases, P, 1000);
+  coll_cases::add_compressed_large(cases, P, 2000);
+  coll_cases::add_compressed_chain(cases, P, 3000);
+  run_collectives(gpu, cases);
+}
+
 TEST(GpuProcess, WhatIsNotThereYetIsAClearError) {
   FC_REQUIRE_GPU();
   fc::gpu::World gpu(process_options());
   const int P = gpu.size();
   gpu.run([&](fc::Communicator& comm) {
-    std::vector<float> x(8, 1.0f), y(8);
-    fc::AllReduceArgs ar;
-    ar.send = x.data();
-    ar.recv = y.data();
-    ar.count = 8;
-    EXPECT_THROW(fc::all_reduce(comm, ar), fc::UnsupportedError);
+    fc::GemvAllReduceArgs gv;
+    EXPECT_THROW(fc::gemv_allreduce(comm, gv, Mode::scale_up), fc::UnsupportedError);
   });
   // The all-ranks-at-once form needs every rank's arguments in one process.
   std::vector<fc::EmbeddingAllToAllArgs> all(static_cast<std::size_t>(P));

@@ -34,6 +34,7 @@
 #include "fusedcoll/ref.hpp"
 #include "gpu/proxy.hpp"
 #include "gpu/symmetric.hpp"
+#include "tests/common/mpi_gtest.hpp"
 
 namespace {
 
@@ -41,16 +42,8 @@ namespace fc = fusedcoll;
 namespace px = fusedcoll::gpu::proxy;
 namespace gp = fusedcoll::gpu::process;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using fctest::world_rank;
+using fctest::world_size;
 
 /// The fake device of one rank: symmetric buffers, signal slots, and a request queue.
 class FakeDevice final : public px::DeviceMemory {
