@@ -13,12 +13,14 @@
 #include <variant>
 
 #include "fusedcoll/detail/cli.hpp"
+#include "fusedcoll/env.hpp"
 
 namespace perf {
 namespace {
 
 const char* const kUsage = R"(usage: fusedcoll-perf <op> [flags]
        mpiexec -n P fusedcoll-perf <op> --backend mpi [flags]
+       FUSEDCOLL_GPU_MODE=process mpiexec -n P fusedcoll-perf <op> --backend gpu [flags]
 ops:   allreduce alltoall reducescatter allgather broadcast   (collectives)
        embedding gemv gemm                                     (fused vs unfused)
 flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
@@ -27,7 +29,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        -n N       timed iterations per size (default 20; mpi: rounds)
        -w N       warm-up iterations per size (default 5; mpi: rounds)
        -c 0|1     check every output against ref/ bit for bit (default 1)
-       -g P       ranks (default 4; mpi: the world size, which -g must equal)
+       -g P       ranks (default 4; mpi and gpu's process mode: the world size, which -g
+                  must equal)
        -C C       compute units per virtual GPU (default 2; mpi: workgroups per rank,
                   default oneTBB's concurrency)
        -o OP      reduction: sum avg min max (default sum)
@@ -36,7 +39,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        --backend emu|mpi|gpu      where to run (default emu; mpi: one rank per process under
                                   mpiexec, against Open MPI's collective; gpu: the collectives,
                                   P ranks on one GPU, against copy engines / a fold kernel;
-                                  docs/benchmarking.md)
+                                  with FUSEDCOLL_GPU_MODE=process under mpiexec, one rank per
+                                  process, against Open MPI's collective; docs/benchmarking.md)
        --compress F               wire format: none fp16 bf16 fp8-e4m3 fp8-e5m2 (default none;
                                   AllReduce, ReduceScatter, AllGather, All-to-All; compression.md)
        --scaling S                auto none tensor block (default auto: fp8 per tensor)
@@ -215,8 +219,12 @@ Options parse(int argc, char** argv) {
       usage_error("--link-gbps / --link-us model the emulator's links; they do not apply to "
                   "--backend mpi");
   } else if (o.backend == "gpu") {
-    if (o.ranks == 0) o.ranks = 4;
-    if (o.root >= o.ranks) usage_error("--root is not a rank");
+    // Process mode (FUSEDCOLL_GPU_MODE=process, under mpiexec): the world size, checked once MPI
+    // is up, as for --backend mpi.
+    if (fc::env().gpu_mode != fc::Env::GpuMode::process) {
+      if (o.ranks == 0) o.ranks = 4;
+      if (o.root >= o.ranks) usage_error("--root is not a rank");
+    }
     if (link_given)
       usage_error("--link-gbps / --link-us model the emulator's links; they do not apply to "
                   "--backend gpu");
