@@ -21,11 +21,17 @@
 
 namespace fusedcoll::detail {
 
+/// A pointer to a member of `Args` of type `T`. Through an alias: nvcc's front end rewrites a
+/// field declared `T Args::*member` as `T (Args::*member)`, on which the host compiler warns
+/// (-Wparentheses, an error under -Werror).
+template <class Args, class T>
+using MemberOf = T Args::*;
+
 /// A scalar global field (an integer, an enum or a bool); `label` completes "disagree on ...".
 template <class Args, class T>
 struct Scalar {
   const char* label;
-  T Args::*member;
+  MemberOf<Args, T> member;
 };
 
 /// A list global field: its length (`count_label`) and then every element (`name[i]`) must agree.
@@ -33,21 +39,21 @@ template <class Args, class T>
 struct List {
   const char* name;
   const char* count_label;
-  std::vector<T> Args::*member;
+  MemberOf<Args, std::vector<T>> member;
 };
 
 /// A call's wire compression options, all of them global; `op` names the collective in messages.
 template <class Args>
 struct Wire {
   const char* op;
-  CompressionOptions Args::*member;
+  MemberOf<Args, CompressionOptions> member;
 };
 
 /// A list every rank sends its peers without it being global (All-to-All(v)'s counts): the Args'
 /// own pairwise rule (`Agreement<Args>::pairwise`) compares it.
 template <class Args, class T>
 struct Exchanged {
-  std::vector<T> Args::*member;
+  MemberOf<Args, std::vector<T>> member;
 };
 
 /// `Agreement<Args>::fields()`: the global and exchanged fields of `Args`, in the order in which
