@@ -7,10 +7,11 @@
 // SGEMM's). Output: a Markdown report on stdout and, with --out FILE, in FILE.
 //
 // In process mode (FUSEDCOLL_GPU_MODE=process, under mpiexec: one rank per process, docs/gpu.md)
-// it runs EmbeddingAllToAll, the operator process mode has, each rank checking its own output
-// against ref/ first; a row's time is the slowest rank's kernel time (median over repetitions).
-// Its unfused baseline is fusedcoll's own: the pooling kernel, then the push All-to-All kernel
-// over the same IPC mappings or proxy (NCCL refuses several ranks on one GPU).
+// it runs EmbeddingAllToAll and GemvAllReduce, each rank checking its own output against ref/
+// first; a row's time is the slowest rank's kernel time (median over repetitions). Their unfused
+// baselines are fusedcoll's own (NCCL refuses several ranks on one GPU): the pooling kernel,
+// then the push All-to-All kernel over the same IPC mappings or proxy; the GEMV kernel, then
+// process mode's AllReduce (direct), its kernel time added to the GEMV's.
 //
 //   fusedcoll-gpu-bench [--quick] [--ranks P] [--reps N] [--out FILE]
 
@@ -166,21 +167,20 @@ double slowest(const fc::gpu::World& gpu, double v) {
 }
 
 /// Process mode: this rank's call of every mode against ref/ (integer inputs), then the timing.
-std::vector<double> embedding_process(fc::gpu::World& gpu, fc::EmbeddingProblem pb, int reps) {
+/// `out` picks a rank's output, `ref` runs ref/ over every rank's call, `call` this rank's op.
+template <class Problem, class Out, class Ref, class Call>
+std::vector<double> op_process(fc::gpu::World& gpu, Problem pb, int reps, Out&& out, Ref&& ref,
+                               Call&& call) {
   pb.values = fc::ValueMode::integer;
   auto want = fc::make_world(pb);
-  fc::ref::embedding_alltoall(fc::args_of(want));
-  const int me = gpu.rank();
+  ref(fc::args_of(want));
+  const auto me = static_cast<std::size_t>(gpu.rank());
   for (Mode mode : kModes) {
     auto got = fc::make_world(pb);
-    fc::poison(got[static_cast<std::size_t>(me)].output.data(),
-               got[static_cast<std::size_t>(me)].output.size() * 4);
+    fc::poison(out(got[me]).data(), out(got[me]).size() * 4);
     const auto args = fc::args_of(got);
-    gpu.run([&](fc::Communicator& comm) {
-      fc::embedding_alltoall(comm, args[static_cast<std::size_t>(me)], mode);
-    });
-    if (!same_bits<int>(got[static_cast<std::size_t>(me)].output,
-                        want[static_cast<std::size_t>(me)].output))
+    gpu.run([&](fc::Communicator& comm) { call(comm, args[me], mode); });
+    if (!same_bits<int>(out(got[me]), out(want[me])))
       throw fc::InternalError(std::string("fusedcoll-gpu-bench: ") + fc::to_string(mode) +
                               " differs from ref/ on rank " + std::to_string(me));
   }
@@ -190,9 +190,7 @@ std::vector<double> embedding_process(fc::gpu::World& gpu, fc::EmbeddingProblem 
   std::vector<std::vector<double>> ms(3);
   for (int i = 0; i <= reps; ++i)
     for (int m = 0; m < 3; ++m) {
-      gpu.run([&](fc::Communicator& comm) {
-        fc::embedding_alltoall(comm, args[static_cast<std::size_t>(me)], kModes[m]);
-      });
+      gpu.run([&](fc::Communicator& comm) { call(comm, args[me], kModes[m]); });
       const double t = slowest(gpu, gpu.last_kernel_ms());
       if (i > 0) ms[static_cast<std::size_t>(m)].push_back(t);
     }
@@ -275,11 +273,31 @@ int main(int argc, char** argv) {
         pb.batch_sizes.assign(static_cast<std::size_t>(P), b);
         if (o.quick)
           for (auto& rows : pb.table_rows) rows = 100;
-        row("embedding_alltoall", "B/rank=" + std::to_string(b), embedding_process(gpu, pb, o.reps),
+        row("embedding_alltoall", "B/rank=" + std::to_string(b),
+            op_process(
+                gpu, pb, o.reps, [](auto& r) -> std::vector<float>& { return r.output; },
+                [](const auto& args) { fc::ref::embedding_alltoall(args); },
+                [](fc::Communicator& comm, const auto& a, Mode m) {
+                  fc::embedding_alltoall(comm, a, m);
+                }),
             "baseline: pool + fusedcoll push All-to-All");
       }
-      md << "\nGemvAllReduce, GemmAllToAll and the collectives do not run in process mode yet "
-            "(docs/gpu.md).\n";
+      for (std::int64_t n :
+           o.quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{1024, 4096, 8192}) {
+        fc::GemvProblem pb = fc::GemvProblem::transformer(P);
+        pb.n = n;
+        if (o.quick) pb.k_splits.assign(static_cast<std::size_t>(P), 128);
+        row("gemv_allreduce", "N=" + std::to_string(n),
+            op_process(
+                gpu, pb, o.reps, [](auto& r) -> std::vector<float>& { return r.y; },
+                [](const auto& args) { fc::ref::gemv_allreduce(args); },
+                [](fc::Communicator& comm, const auto& a, Mode m) {
+                  fc::gemv_allreduce(comm, a, m);
+                }),
+            "baseline: GEMV + fusedcoll AllReduce (direct)");
+      }
+      md << "\nGemmAllToAll and the collectives run in process mode too; fusedcoll-perf "
+            "--backend gpu measures them there (docs/benchmarking.md).\n";
       if (leader) std::cout << md.str();
       if (leader && !o.out.empty()) {
         std::ofstream f(o.out);

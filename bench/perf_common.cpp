@@ -40,7 +40,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
                                   mpiexec, against Open MPI's collective; gpu: the collectives,
                                   P ranks on one GPU, against copy engines / a fold kernel;
                                   with FUSEDCOLL_GPU_MODE=process under mpiexec, one rank per
-                                  process, against Open MPI's collective; docs/benchmarking.md)
+                                  process, against NCCL or Open MPI's collective, and the fused
+                                  ops too; docs/benchmarking.md)
        --compress F               wire format: none fp16 bf16 fp8-e4m3 fp8-e5m2 (default none;
                                   AllReduce, ReduceScatter, AllGather, All-to-All; compression.md)
        --scaling S                auto none tensor block (default auto: fp8 per tensor)
@@ -231,9 +232,10 @@ Options parse(int argc, char** argv) {
     if (o.compute_units != 0)
       usage_error("-C: the GPU backend sizes its grids by occupancy; it does not apply to "
                   "--backend gpu");
-    if (is_fused(o.op))
-      usage_error("--backend gpu runs the collectives; the fused operators on the GPU are "
-                  "measured by fusedcoll-gpu-bench");
+    if (is_fused(o.op) && fc::env().gpu_mode != fc::Env::GpuMode::process)
+      usage_error("--backend gpu runs the collectives on one GPU's ranks; the fused operators "
+                  "run there in process mode (FUSEDCOLL_GPU_MODE=process, under mpiexec), and "
+                  "on one GPU's ranks fusedcoll-gpu-bench measures them");
   } else {
     usage_error("--backend '" + o.backend + "' is not emu, mpi or gpu");
   }

@@ -27,7 +27,9 @@
 // Open MPI on the host buffers (Debian's is not CUDA-aware). Both sides are timed alike, as the
 // wall time of the whole call between barriers (fusedcoll's includes copying its host arguments
 // to the device and the result back; a device baseline's inputs stay on the device), interleaved
-// per round; the check is each rank's own output against ref/, summed on rank 0.
+// per round; the check is each rank's own output against ref/, summed on rank 0. The fused
+// operators run there too (the emulator's and MPI's columns: unfused against scale_up and
+// scale_out, fused_world), their baseline process mode's unfused form, named in the header.
 
 #include <algorithm>
 #include <cstdint>
@@ -420,6 +422,14 @@ class ProcessBaseline {
   DeviceBuffer send_, recv_;
 };
 
+/// What process mode's unfused form of fused operator `op` is (the baseline of its rows).
+std::string unfused_baseline(const std::string& op) {
+  if (op == "gemv")
+    return "unfused = each rank's GEMV partial, then process mode's AllReduce (direct) over it";
+  return std::string("unfused = each rank's ") + (op == "embedding" ? "pooling" : "expert GEMMs") +
+         " into its stage, then process mode's pushed All-to-All of the stage";
+}
+
 /// Process mode (see the file comment): this process is one rank of the world.
 int run_process(const Options& given) {
   fc::gpu::WorldOptions wo;
@@ -435,6 +445,22 @@ int run_process(const Options& given) {
   const std::string setup = fc::detail::make_string(
       "process mode, one rank per process on ", world.device_name(), " (", routes,
       "); wall time of whole calls (", mpi_library_version(), ")");
+  if (is_fused(o.op)) {
+    // The fused operators: unfused (the compute, then process mode's own collective: the
+    // pushed All-to-All of the stage, or for GemvAllReduce the direct AllReduce of the partials)
+    // against scale_up and scale_out, as --backend mpi runs them. NCCL and Open MPI are not the
+    // baseline here: the unfused form is the same kernels as the fused ones, unfused.
+    Printer out(o, P, setup + "; " + unfused_baseline(o.op), "");
+    if (me == 0) out.header();
+    std::int64_t wrong = 0;
+    world.run([&](fc::Communicator& comm) {
+      wrong = fused_world(o, comm, out, [&](FusedCase& c) {
+        std::vector<float>& mine = *c.outputs()[static_cast<std::size_t>(me)];
+        return FusedRun{[&c, &comm](fc::Mode m) { c.call(comm, m); }, mine.data(), mine.size()};
+      });
+    });
+    return finish_world(out, wrong, me);
+  }
   ProcessBaseline baseline(me, P);
   Printer out(o, P, setup, baseline.name(o));
   if (me == 0) out.header();

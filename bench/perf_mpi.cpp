@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,37 +68,18 @@ std::int64_t run_collectives(const Options& o, fc::Communicator& comm, Printer& 
 }
 
 std::int64_t run_fused(const Options& o, fc::Communicator& comm, Printer& out) {
-  const int P = comm.size(), me = comm.rank();
-  std::mt19937 rng(12345);
-  return fused_sweep(o, P, out, me == 0, [&](FusedCase& c, Row& row) {
-    // --symmetric: this rank's output lives in a SymmetricBuffer (scale-up stores into it).
+  const int me = comm.rank();
+  // --symmetric: this rank's output lives in a SymmetricBuffer (scale-up stores into it).
+  std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
+  return fused_world(o, comm, out, [&](FusedCase& c) {
     std::vector<float>& mine = *c.outputs()[static_cast<std::size_t>(me)];
-    std::unique_ptr<fc::mpi::SymmetricBuffer> sym;
-    if (o.symmetric)
-      sym = std::make_unique<fc::mpi::SymmetricBuffer>(comm, mine.size() * sizeof(float));
-    auto run = [&](fc::Mode m) {
-      if (sym)
-        c.call_into(comm, m, sym->as<float>());
-      else
-        c.call(comm, m);
-    };
-    std::vector<std::function<void()>> variants;
-    for (fc::Mode m : kModes) variants.push_back([&run, m] { run(m); });
-    const auto times = time_interleaved(variants, o, rng);
-    row.seconds = times[0];
-    row.up_seconds = times[1];
-    row.out_seconds = times[2];
-    if (o.check) {
-      const auto expect = fused_expected(c);
-      float* got = sym ? sym->as<float>() : mine.data();
-      Errors err;
-      for (fc::Mode m : kModes) {
-        fc::poison(got, mine.size() * 4);
-        run(m);
-        err.add(got, expect[static_cast<std::size_t>(me)].data(), nullptr, mine.size());
-      }
-      row.err = reduce_errors(err);
-    }
+    sym.reset();
+    if (!o.symmetric)
+      return FusedRun{[&c, &comm](fc::Mode m) { c.call(comm, m); }, mine.data(), mine.size()};
+    sym = std::make_unique<fc::mpi::SymmetricBuffer>(comm, mine.size() * sizeof(float));
+    float* into = sym->as<float>();
+    return FusedRun{[&c, &comm, into](fc::Mode m) { c.call_into(comm, m, into); }, into,
+                    mine.size()};
   });
 }
 

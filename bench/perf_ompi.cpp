@@ -17,6 +17,7 @@
 
 #include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/error.hpp"
+#include "fusedcoll/inputs.hpp"
 
 namespace perf {
 namespace {
@@ -116,6 +117,31 @@ Errors reduce_errors(const Errors& e) {
   all.max_rel = maxima_max[1];
   all.sq = sq;
   return all;
+}
+
+std::int64_t fused_world(const Options& o, fc::Communicator& comm, Printer& out,
+                         const std::function<FusedRun(FusedCase&)>& bind) {
+  const int P = comm.size(), me = comm.rank();
+  std::mt19937 rng(12345);
+  return fused_sweep(o, P, out, me == 0, [&](FusedCase& c, Row& row) {
+    const FusedRun run = bind(c);
+    std::vector<std::function<void()>> variants;
+    for (fc::Mode m : kModes) variants.push_back([&run, m] { run.call(m); });
+    const auto times = time_interleaved(variants, o, rng);
+    row.seconds = times[0];
+    row.up_seconds = times[1];
+    row.out_seconds = times[2];
+    if (o.check) {
+      const auto expect = fused_expected(c);
+      Errors err;
+      for (fc::Mode m : kModes) {
+        fc::poison(run.output, run.floats * 4);
+        run.call(m);
+        err.add(run.output, expect[static_cast<std::size_t>(me)].data(), nullptr, run.floats);
+      }
+      row.err = reduce_errors(err);
+    }
+  });
 }
 
 std::int64_t sum_over_ranks(std::int64_t v) {

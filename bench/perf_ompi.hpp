@@ -5,6 +5,7 @@
 // ranks' checks on rank 0 (docs/benchmarking.md). Needs only MPI, not the MPI backend, so that a
 // GPU machine's build without oneTBB has it too.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -38,6 +39,21 @@ Errors reduce_errors(const Errors& e);
 
 /// The sum of every rank's `v`, on rank 0.
 std::int64_t sum_over_ranks(std::int64_t v);
+
+/// How a fused sweep runs a case on this rank: the call of each mode, and where that call leaves
+/// this rank's output (`floats` of them), which the check compares with ref/'s.
+struct FusedRun {
+  std::function<void(fc::Mode)> call;
+  float* output = nullptr;
+  std::size_t floats = 0;
+};
+
+/// A fused operator's sweep on this rank of an mpiexec job (--backend mpi, and --backend gpu in
+/// process mode): per size, `bind(case)`'s three modes timed interleaved (time_interleaved), the
+/// unfused mode being the baseline of the other two; with -c 1, this rank's output of each mode
+/// bit for bit against ref/'s, summed on rank 0. Returns rank 0's sum of wrong elements.
+std::int64_t fused_world(const Options& o, fc::Communicator& comm, Printer& out,
+                         const std::function<FusedRun(FusedCase&)>& bind);
 
 /// The name of Open MPI's collective compared with `o.op`.
 std::string ompi_baseline_name(const Options& o);

@@ -25,13 +25,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "fusedcoll/collectives.hpp"
 #include "fusedcoll/detail/gemv_kernel.hpp"
 #include "fusedcoll/detail/gemv_plan.hpp"
+#include "gpu/collectives.hpp"
+#include "gpu/gemv_setup.hpp"
 #include "gpu/kernel_wg.hpp"
 #include "gpu/ops.hpp"
+#if defined(FC_GPU_PROCESS)
+#include "gpu/process.hpp"
+#endif
 
 namespace fusedcoll::gpu::ops {
 namespace {
@@ -135,27 +141,17 @@ __global__ void gemv_allreduce_direct(DirectParams p) {
   }
 }
 
-/// `floats` (at least one, so that empty shapes still have an address) on every rank.
-std::vector<float*> per_rank(Arena& arena, int P, std::int64_t floats, bool poisoned = false) {
-  std::vector<float*> out;
-  for (int r = 0; r < P; ++r)
-    out.push_back(poisoned ? arena.alloc_poisoned(std::max<std::int64_t>(floats, 1))
-                           : arena.alloc<float>(std::max<std::int64_t>(floats, 1)));
-  return out;
-}
-
-/// `count` (at least one) slots named `name`.
-Signals slots_of(Context& ctx, const char* name, std::int64_t count) {
-  const int n = static_cast<int>(std::max<std::int64_t>(count, 1));
-  return Signals{ctx.slots(name, n), n};
-}
-
 }  // namespace
 
 void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode mode) {
   detail::check_mode(mode);
   const int P = ctx.world_size();
-  check_world(all, P);
+  // Process mode: `all` holds every rank's agreed fields, this rank's call in full (agree_world);
+  // this process launches for its own rank only.
+  const int me_only = ctx.me();
+  if (me_only < 0) check_world(all, P);
+  const int lo = me_only < 0 ? 0 : me_only, hi = me_only < 0 ? P : me_only + 1, here = hi - lo;
+  Process* process = ctx.process();
   const std::string op = std::string("gemv_allreduce ") + to_string(mode);
   ctx.begin_call(op);
   const std::int64_t M = all[0].m, N = all[0].n;
@@ -166,104 +162,114 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
   for (int r = 0; r < P; ++r) plans.emplace_back(all[r], r, P);
   const plan::Plan& pl = plans[0];
   const int num_tiles = pl.num_tiles();
-  const std::int64_t tf = M * kTileN, sf = pl.S;
+  const gemv_setup::Sizes size = gemv_setup::sizes(pl, mode);
 
   Arena arena;
+  auto upload = [&](const auto& v) { return arena.upload(v); };
   const plan::Tile* tiles = arena.upload(pl.tiles);
   const Chunk* chunks = arena.upload(pl.chunks);
-  std::vector<GemvKernelParams> ps(static_cast<std::size_t>(P));
-  for (int r = 0; r < P; ++r) {
+  std::vector<GemvKernelParams> ps;
+  for (int r = lo; r < hi; ++r) {
     const plan::Plan& of = plans[static_cast<std::size_t>(r)];
-    GemvKernelParams& p = ps[static_cast<std::size_t>(r)];
-    p.m = M;
-    p.n = N;
-    p.k = of.k;
-    p.w = arena.upload(pack<float>(all[r].w, N, of.k));
-    p.ldw = of.k;
-    p.x = arena.upload(pack<float>(all[r].x, M, of.k));
-    p.ldx = of.k;
-    p.tiles = tiles;
-    p.num_tiles = num_tiles;
-    p.compute = arena.upload(of.compute);
-    p.num_compute = static_cast<int>(of.compute.size());
-    p.mine = arena.upload(of.mine);
-    p.num_mine = static_cast<int>(of.mine.size());
-    p.chunks = chunks;
-    p.slice = sf;
+    ps.push_back(gemv_setup::params_of(of, arena.upload(pack<float>(all[r].w, N, of.k)),
+                                       arena.upload(pack<float>(all[r].x, M, of.k)), tiles, chunks,
+                                       upload));
+  }
+  auto mine = [&](int r) -> GemvKernelParams& { return ps[static_cast<std::size_t>(r - lo)]; };
+
+  // Buffers: one per rank of this launch (single mode: every rank's on this GPU; process mode:
+  // this rank's only); the two that peers put into (`shared`) in process mode at the same offsets
+  // of every rank's heap, each peer's as this rank reaches it (IPC mapping or shadow).
+  auto local = [&](std::int64_t floats, bool poisoned = false) {
+    std::vector<float*> v(static_cast<std::size_t>(P), nullptr);
+    for (int r = lo; r < hi; ++r)
+      v[static_cast<std::size_t>(r)] =
+          poisoned ? arena.alloc_poisoned(floats) : arena.alloc<float>(floats);
+    return v;
+  };
+  std::vector<float*> shared[2];
+  BufferRoute route[2];
+  if (mode != Mode::unfused) {
+    if (process == nullptr) {
+      shared[0] = local(size.shared[0]);
+      shared[1] = local(size.shared[1], mode == Mode::scale_up);  // scale_up's y, downloaded
+    } else {
+#if defined(FC_GPU_PROCESS)
+      const gemv_setup::HeapPlace place = gemv_setup::heap_place(size);
+      process->reserve(place.bytes);
+      for (int b = 0; b < 2; ++b) {
+        route[b] = BufferRoute{process->heap_id(), place.offset[b]};
+        for (int q = 0; q < P; ++q)
+          shared[b].push_back(reinterpret_cast<float*>(process->peer_heap(q) + place.offset[b]));
+      }
+      // scale_up's y is downloaded whole: poisoned first, then the peers are met so that none
+      // stores into it before (nor into a heap some rank has not mapped yet).
+      if (mode == Mode::scale_up)
+        poison_device(shared[1][static_cast<std::size_t>(me_only)], size.shared[1]);
+      process->exchange("", "to start " + op);
+#endif
+    }
   }
 
   // Grids before the timed region: the occupancy queries are host work.
   const KernelEntry up = entry_of<ScaleUp, kFusedBlocksPerSm>(),
                     out = entry_of<ScaleOut, kFusedBlocksPerSm>(), partial = entry_of<Partial>();
   LaunchBuffers buffers(P);
-  std::vector<float*> y = per_rank(arena, P, M * N, true), partials;
+  std::vector<float*> y;  // where each rank's result is downloaded from
   int grid = 1;
+  const gemv_setup::SignalSet sig = gemv_setup::reserve_signals(
+      pl, mode, [&](const char* name, int n) { return ctx.slots(name, n); });
   if (mode == Mode::scale_up) {
     grid = ctx.fit_blocks(up.blocks_per_sm(), num_tiles);
-    const Signals part = slots_of(ctx, "gemv.partial", num_tiles),
-                  ready = slots_of(ctx, "gemv.y", 1);
-    const Symmetric<float> parts = buffers.add(per_rank(arena, P, P * num_tiles * tf),
-                                               P * num_tiles * tf),
-                           ysym = buffers.add(y, M * N),
-                           wgbuf = buffers.add(per_rank(arena, P, grid * tf), grid * tf);
-    for (int r = 0; r < P; ++r) {
-      GemvKernelParams& p = ps[static_cast<std::size_t>(r)];
-      p.partials = parts;
-      p.ysym = ysym;
-      p.wgbuf = wgbuf;
-      p.part = part;
-      p.yready = ready;
-      std::vector<std::uint64_t> target(static_cast<std::size_t>(part.count), 0);
-      for (int t : plans[static_cast<std::size_t>(r)].mine)
-        target[static_cast<std::size_t>(t)] = ctx.expect(r, part[t].slot, P);
-      p.part_target = arena.upload(target);
-      p.y_target = ctx.expect(r, ready[0].slot, num_tiles);
+    const Symmetric<float> parts = buffers.add(shared[0], size.shared[0], route[0]),
+                           ysym = buffers.add(shared[1], size.shared[1], route[1]),
+                           wgbuf = buffers.add(local(grid * size.wgbuf_per_wg),
+                                               grid * size.wgbuf_per_wg);
+    for (int r = lo; r < hi; ++r) {
+      mine(r).partials = parts;
+      mine(r).ysym = ysym;
+      mine(r).wgbuf = wgbuf;
     }
+    y = shared[1];
   } else if (mode == Mode::scale_out) {
     grid = ctx.fit_blocks(out.blocks_per_sm(), static_cast<std::int64_t>(pl.scale_out_items()));
-    const Signals done = slots_of(ctx, "gemv.slice_done", P),
-                  arrive = slots_of(ctx, "gemv.slice_arrive", 1),
-                  rdone = slots_of(ctx, "gemv.reduced_done", 1),
-                  gather = slots_of(ctx, "gemv.gathered", 1);
-    const Symmetric<float> stage = buffers.add(per_rank(arena, P, P * sf), P * sf),
-                           slices = buffers.add(per_rank(arena, P, P * sf), P * sf),
-                           reduced = buffers.add(per_rank(arena, P, sf), sf),
-                           gathered = buffers.add(per_rank(arena, P, P * sf), P * sf);
-    for (int r = 0; r < P; ++r) {
-      GemvKernelParams& p = ps[static_cast<std::size_t>(r)];
+    const Symmetric<float> slices = buffers.add(shared[0], size.shared[0], route[0]),
+                           gathered = buffers.add(shared[1], size.shared[1], route[1]),
+                           stage = buffers.add(local(size.stage), size.stage),
+                           reduced = buffers.add(local(size.reduced), size.reduced);
+    y = local(std::max<std::int64_t>(M * N, 1), true);
+    for (int r = lo; r < hi; ++r) {
+      GemvKernelParams& p = mine(r);
       p.y = y[static_cast<std::size_t>(r)];
       p.ldy = N;
       p.stage = stage;
       p.slices = slices;
       p.reduced = reduced;
       p.gathered = gathered;
-      p.done = done;
-      p.arrive = arrive;
-      p.rdone = rdone;
-      p.gather = gather;
-      std::vector<std::uint64_t> target(static_cast<std::size_t>(P));
-      for (int j = 0; j < P; ++j)
-        target[static_cast<std::size_t>(j)] =
-            ctx.expect(r, done[j].slot, static_cast<std::uint64_t>(pl.tiles_of[j]));
-      p.done_target = arena.upload(target);
-      p.arrive_target = ctx.expect(r, arrive[0].slot, P);
-      p.rdone_target = ctx.expect(r, rdone[0].slot, plans[static_cast<std::size_t>(r)].mine.size());
-      p.gather_target = ctx.expect(r, gather[0].slot, P);
     }
   } else {
     grid = ctx.fit_blocks(partial.blocks_per_sm(), num_tiles);
-    partials = per_rank(arena, P, M * N);
-    for (int r = 0; r < P; ++r) {
-      ps[static_cast<std::size_t>(r)].y = partials[static_cast<std::size_t>(r)];
-      ps[static_cast<std::size_t>(r)].ldy = N;
+    // The partials; process mode's AllReduce reads this rank's from the host (below).
+    const std::vector<float*> partials = local(size.partial);
+    for (int r = lo; r < hi; ++r) {
+      mine(r).y = partials[static_cast<std::size_t>(r)];
+      mine(r).ldy = N;
     }
+    y = process == nullptr ? local(size.partial, true) : partials;
   }
-  const KernelView view = buffers.view(ctx, arena, P, false);
+  for (int r = lo; r < hi; ++r)
+    gemv_setup::set_signals(
+        mine(r), plans[static_cast<std::size_t>(r)], mode, sig,
+        [&](int slot, std::uint64_t n) { return ctx.expect(r, slot, n); }, upload);
+  const KernelView view = buffers.view(ctx, arena, here, process != nullptr);
   const GemvKernelParams* dparams = arena.upload(ps);
   DirectParams direct{P, M * N, nullptr, nullptr};
   int direct_grid = 1;
-  if (mode == Mode::unfused) {
-    direct.partial = arena.upload(std::vector<const float*>(partials.begin(), partials.end()));
+  const bool direct_kernel = mode == Mode::unfused && process == nullptr;
+  if (direct_kernel) {
+    std::vector<const float*> from;
+    for (int r = 0; r < P; ++r) from.push_back(mine(r).y);
+    direct.partial = arena.upload(from);
     direct.y = arena.upload(y);
     const std::int64_t per_rank_count = (M * N + P - 1) / P;
     direct_grid =
@@ -272,17 +278,36 @@ void gemv_allreduce(Context& ctx, std::span<const GemvAllReduceArgs> all, Mode m
 
   ctx.start_timing();
   if (mode == Mode::scale_up) {
-    up.launch(grid, P, ctx.stream(), dparams, view);
+    up.launch(grid, here, ctx.stream(), dparams, view);
   } else if (mode == Mode::scale_out) {
-    out.launch(grid, P, ctx.stream(), dparams, view);
+    out.launch(grid, here, ctx.stream(), dparams, view);
   } else {
-    partial.launch(grid, P, ctx.stream(), dparams, view);
-    gemv_allreduce_direct<<<dim3(direct_grid, P), kThreads, 0, ctx.stream()>>>(direct);
+    partial.launch(grid, here, ctx.stream(), dparams, view);
+    if (direct_kernel)
+      gemv_allreduce_direct<<<dim3(direct_grid, P), kThreads, 0, ctx.stream()>>>(direct);
   }
   ctx.stop_timing();
   ctx.finish(op);
 
-  for (int r = 0; r < P; ++r)
+  if (mode == Mode::unfused && process != nullptr) {
+    // Process mode's unfused form: the partial, then process mode's AllReduce over it (the
+    // collectives' own path: its plan, heap and puts), timed as both kernels together.
+    const double gemv_ms = ctx.last_kernel_ms();
+    std::vector<float> part(static_cast<std::size_t>(M * N)), result(part.size());
+    if (!part.empty())
+      FC_CHECK_GPU(gpuMemcpy(part.data(), y[static_cast<std::size_t>(me_only)],
+                             part.size() * sizeof(float), gpuMemcpyDeviceToHost));
+    const std::vector<AllReduceArgs> ar =
+        gemv_setup::unfused_all_reduce(all[me_only], me_only, P, part.data(), result.data());
+    coll::all_reduce(ctx, ar);
+    ctx.add_kernel_ms(gemv_ms);
+    if (M > 0 && N > 0)
+      for (std::int64_t r = 0; r < M; ++r)
+        std::memcpy(static_cast<float*>(all[me_only].y.data()) + r * all[me_only].y.stride(0),
+                    result.data() + r * N, static_cast<std::size_t>(N) * sizeof(float));
+    return;
+  }
+  for (int r = lo; r < hi; ++r)
     download_rows(y[static_cast<std::size_t>(r)], M, N, static_cast<float*>(all[r].y.data()),
                   M > 0 ? all[r].y.stride(0) : N);
 }

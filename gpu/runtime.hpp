@@ -489,6 +489,9 @@ class Context {
   /// slot, so the World stays usable) and a launch or execution error into BackendError.
   void finish(const std::string& op);
   double last_kernel_ms() const noexcept { return last_ms_; }
+  /// Adds `ms` to last_kernel_ms: a call whose kernels were timed in two parts (process mode's
+  /// unfused GemvAllReduce: the GEMV, then the AllReduce's own call).
+  void add_kernel_ms(double ms) noexcept { last_ms_ += ms; }
 
  private:
   void reset_slots();

@@ -243,7 +243,15 @@ class ProcessBackend final : public Backend {
     (void)mode;
 #endif
   }
-  void gemv_allreduce(const GemvAllReduceArgs&, Mode) override { missing("gemv_allreduce"); }
+  void gemv_allreduce(const GemvAllReduceArgs& args, Mode mode) override {
+#if defined(FC_GPU_PROCESS)
+    const std::string op = std::string("gemv_allreduce ") + to_string(mode);
+    ops::gemv_allreduce(ctx_, agree_world(*ctx_.process(), args, op), mode);
+#else
+    (void)args;
+    (void)mode;
+#endif
+  }
   void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
 #if defined(FC_GPU_PROCESS)
     const std::string op = std::string("gemm_alltoall ") + to_string(mode);
@@ -279,14 +287,6 @@ class ProcessBackend final : public Backend {
     (void)name;
     (void)run;
 #endif
-  }
-  /// What process mode does not run yet (docs/gpu.md, "What was verified, what remains"): an
-  /// error, the same on every rank, before anything moves.
-  [[noreturn]] static void missing(const char* op) {
-    throw UnsupportedError(
-        detail::make_string("fusedcoll gpu: ", op,
-                            " is not implemented in process mode yet (docs/gpu.md, 'What "
-                            "remains'); the other operators and the collectives are"));
   }
   Context& ctx_;
   Kernels& kernels_;

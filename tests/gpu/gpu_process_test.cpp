@@ -1,12 +1,12 @@
 // The GPU backend's process mode (label gpu), under mpiexec: one rank per process, P = 2 and 4
 // sharing one device in CI's GPU check, peers through IPC mappings or, with
 // FUSEDCOLL_GPU_PROXY=all, through the host proxy. Every rank checks its own output against ref/
-// bit for bit: EmbeddingAllToAll and GemmAllToAll in every mode (ops::OpCase builds the whole
-// world from the seed in every process), and every collective, compressed wires included (the
-// shared grids of tests/common/collective_cases.hpp, each rank's whole memory block).
-// A wait for a signal that never comes ends in TimeoutError naming rank, block, slot, expected,
-// observed and the proxy's view, instead of hanging. Skipped where no device is visible. Plain C++:
-// the probe's kernel lives in signal_probe.cpp.
+// bit for bit: EmbeddingAllToAll, GemvAllReduce and GemmAllToAll in every mode (ops::OpCase builds
+// the whole world from the seed in every process), and every collective, compressed wires included
+// (the shared grids of tests/common/collective_cases.hpp, each rank's whole memory block). A wait
+// for a signal that never comes ends in TimeoutError naming rank, block, slot, expected, observed
+// and the proxy's view, instead of hanging. Skipped where no device is visible. Plain C++: the
+// probe's kernel lives in signal_probe.cpp.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -133,17 +133,34 @@ TEST(GpuProcess, CompressedCollectivesMatchRefOnEveryRank) {
   run_collectives(gpu, cases);
 }
 
-TEST(GpuProcess, WhatIsNotThereYetIsAClearError) {
+TEST(GpuProcess, GemvMatchesRefOnEveryRank) {
   FC_REQUIRE_GPU();
   fc::gpu::World gpu(process_options());
   const int P = gpu.size();
-  gpu.run([&](fc::Communicator& comm) {
-    fc::GemvAllReduceArgs gv;
-    EXPECT_THROW(fc::gemv_allreduce(comm, gv, Mode::scale_up), fc::UnsupportedError);
-  });
+  auto check = [&](const fc::GemvProblem& pb, Mode mode, Layout layout) {
+    OpCase<fc::GemvProblem> c(pb, mode, layout);
+    gpu.run([&](fc::Communicator& comm) {
+      c.call(comm);
+      EXPECT_TRUE(c.same_as_ref(comm.rank())) << route_note();
+    });
+  };
+  gemv_grid(P, [&](const fc::GemvProblem& pb, Mode mode) { check(pb, mode, Layout::packed); });
+  // Padded rows of y keep their poison; and a shape whose partials span many tiles per owner.
+  for (Mode mode : kModes) {
+    check(gemv_problem(P, 3, 130, 77, true), mode, Layout::padded);
+    check(gemv_problem(P, 16, 4099, 78, false), mode, Layout::packed);
+  }
+}
+
+TEST(GpuProcess, AllRanksAtOnceIsAClearError) {
+  FC_REQUIRE_GPU();
+  fc::gpu::World gpu(process_options());
+  const int P = gpu.size();
   // The all-ranks-at-once form needs every rank's arguments in one process.
   std::vector<fc::EmbeddingAllToAllArgs> all(static_cast<std::size_t>(P));
   EXPECT_THROW(gpu.embedding_alltoall(all, Mode::scale_up), fc::InvalidArgument);
+  std::vector<fc::GemvAllReduceArgs> gv(static_cast<std::size_t>(P));
+  EXPECT_THROW(gpu.gemv_allreduce(gv, Mode::scale_up), fc::InvalidArgument);
 }
 
 TEST(GpuProcess, MissingSignalNamesTheSlotAndThePeer) {
@@ -182,21 +199,15 @@ TEST(GpuProcess, UsersKernelsMatchTheirOraclesOnEveryRank) {
   });
 }
 
-// The example's unfused baseline needs process mode's AllGather: bit-exact once it runs, until
-// then the same clear error on every rank.
-TEST(GpuProcess, AgGemmUnfusedMatchesOrIsAClearError) {
+// The example's unfused baseline: the GEMM after process mode's AllGather, bit-exact.
+TEST(GpuProcess, AgGemmUnfusedMatchesRef) {
   FC_REQUIRE_GPU();
   fc::gpu::World gpu(process_options());
   const int P = gpu.size();
   gpu.run([&](fc::Communicator& comm) {
-    try {
-      EXPECT_EQ(
-          fctest::kernels::ag_gemm_case(comm, fctest::kernels::ag_gemm_rows(P, 1), 23, 70, false),
-          "")
-          << route_note();
-    } catch (const fc::UnsupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find("all_gather"), std::string::npos) << e.what();
-    }
+    EXPECT_EQ(
+        fctest::kernels::ag_gemm_case(comm, fctest::kernels::ag_gemm_rows(P, 1), 23, 70, false), "")
+        << route_note();
   });
 }
 
