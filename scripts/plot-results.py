@@ -3,9 +3,10 @@
 fusedcoll-mnist --csv-file, fusedcoll-sim --csv, the recorded GPU runs).
 
 usage: scripts/plot-results.py DATA_DIR PLOTS_DIR
-Writes ops.png, collectives.png, compressed.png, predicted.png, mnist.png and sim-dlrm.png, each
-from the CSVs present (a plot whose CSVs are missing is skipped with a message). Exit status 3
-when matplotlib is missing (apt-get install python3-matplotlib; scripts/setup.sh).
+Writes ops.png, collectives.png, compressed.png, mnist.png and sim-dlrm.png, each from the CSVs
+present (a plot whose CSVs are missing is skipped with a message); predicted against measured is
+scripts/validate-model's own plot. Exit status 3 when matplotlib is missing (apt-get install
+python3-matplotlib; scripts/setup.sh).
 """
 import csv
 import os
@@ -206,61 +207,6 @@ def plot_compressed(data, plots):
     save(fig, plots, "compressed.png", data)
 
 
-def pairs(pred, meas):
-    out = []
-    for p in pred:
-        for m in meas:
-            if p["op"] == m["op"] and p["size"] == m["size"]:
-                out += [(float(p[k]) / 1000, float(m[k]) / 1000)
-                        for k in ("unfused_us", "scale_up_us", "scale_out_us")]
-    return out
-
-
-def plot_predicted(data, plots):
-    ops = read(data, "ops.csv")
-    pred = read(data, "model-ops.csv")
-    series = []
-    for p_label, m_label, meas, name in (
-            ("vt-host", "mpi-2", ops, "host preset vs mpi, 2 ranks"),
-            ("vt-host-4ranks", "mpi-4", ops, "host-4ranks vs mpi, 4 ranks on 2 cores"),
-            ("vt-host-2x2-1gbit", "hosts-1gbit", ops, "host-2x2-1gbit vs 2 x 2 hosts, 1 Gbit/s"),
-            ("vt-h100-1gpu-4ranks", "h100-52da75e", read(data, "recorded-h100-ops.csv"),
-             "h100-1gpu-4ranks vs H100 (recorded)")):
-        pr = [r for r in pred + read(data, "model-h100.csv") if r["label"] == p_label]
-        xy = pairs(pr, [r for r in meas if r["label"] == m_label])
-        if xy:
-            series.append((name, xy))
-    sim, emu = read(data, "model-sim.csv"), read(data, "model-sim-emu.csv")
-    xy = []
-    for op in OPS:
-        for s, e in zip([s for s in sim if s["op"] == op], [e for e in emu if e["op"] == op]):
-            xy += [(float(s[k]) / 1000, float(e[k]) / 1000)
-                   for k in ("unfused_us", "scale_up_us", "scale_out_us")]
-    if xy:
-        series.append(("SimGrid vs the emulator in virtual time (mi250x, 4 ranks)", xy))
-    if not series:
-        return print("plot-results: no predictions, predicted.png skipped")
-    fig, ax = plt.subplots(figsize=(6.4, 5.6))
-    lo = min(min(min(p) for p in xy) for _, xy in series) / 1.5
-    hi = max(max(max(p) for p in xy) for _, xy in series) * 1.5
-    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color="#ddd",
-                    label="within 20%")
-    for i, (name, xy) in enumerate(series):
-        ax.plot([m for _, m in xy], [p for p, _ in xy], "os^vD"[i % 5], color=f"C{i}", ms=5,
-                alpha=0.8, label=name, ls="none")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured, ms (SimGrid row: the emulator's prediction)")
-    ax.set_ylabel("predicted, ms")
-    ax.set_title("Predicted beside measured: operators, every mode")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left")
-    save(fig, plots, "predicted.png", data)
-
-
 def plot_mnist(data, plots):
     rows = read(data, "mnist.csv")
     torch = read(data, "mnist-torch.csv")
@@ -313,7 +259,7 @@ def main():
         sys.exit(__doc__)
     data, plots = sys.argv[1:]
     os.makedirs(plots, exist_ok=True)
-    for f in (plot_ops, plot_collectives, plot_compressed, plot_predicted, plot_mnist):
+    for f in (plot_ops, plot_collectives, plot_compressed, plot_mnist):
         f(data, plots)
     dlrm = os.path.join(data, "sim-dlrm.csv")
     if os.path.exists(dlrm):
