@@ -72,10 +72,12 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   resumed.assign(world.size, 0);
   clock.assign(world.size, 0.0);
   devices.resize(world.size);
-  const bool mesh = preset.links.peer_topology == model::PeerTopology::mesh;
+  const model::PeerTopology topology = preset.links.peer_topology;
   for (auto& d : devices) {
     d.cus.resize(preset.device.compute_units);
-    d.peer_links.resize(mesh ? world.size : 1);
+    d.peer_links.resize(topology == model::PeerTopology::mesh       ? world.size
+                        : topology == model::PeerTopology::switched ? 1
+                                                                    : 0);
     d.slot_time.assign(kSlotsPerDevice, 0.0);
     d.slot_remote.assign(kSlotsPerDevice, 0);
   }
@@ -85,6 +87,8 @@ VirtualTime::VirtualTime(World::State& w, model::Preset p) : world(w), preset(st
   // the rails of its missing devices).
   const int g = preset.links.gpus_per_node;
   ingress.resize(world.size > 0 ? std::size_t((world.size - 1) / g + 1) * preset.links.nics() : 0);
+  if (topology == model::PeerTopology::shared)
+    node_links.resize(world.size > 0 ? std::size_t((world.size - 1) / g + 1) : 0);
   if (model::shares_node_memory(preset)) {
     for (int r = 0; r < world.size; ++r)
       devices[r].node_share = std::min(g, world.size - r / g * g);  // devices on r's node
@@ -181,15 +185,19 @@ void VirtualTime::run_kernel(int rank, Kernel& k, int initial) {
   // start at or after it), which may be earlier than this kernel's start: the NIC the node's
   // devices share, and with a network stack's CPU cost (`nic_cpu_gbps`) this device's compute
   // units, which senders on other nodes book too.
-  double nic_from = start, world_from = start;
+  // Likewise the one memory of a `shared` node, which its other devices' puts book.
+  double nic_from = start, world_from = start, node_from = start;
   for (int r = 0; r < world.size; ++r) {
     if (r == rank) continue;
     world_from = std::min(world_from, clock[r]);
     if (devices[r].nic == devices[rank].nic) nic_from = std::min(nic_from, clock[r]);
+    if (preset.links.same_node(r, rank)) node_from = std::min(node_from, clock[r]);
   }
   const double cu_from = preset.links.nic_cpu_gbps > 0 ? world_from : start;
   for (auto& cu : devices[rank].cus) cu.forget_before(cu_from);
   for (auto& link : devices[rank].peer_links) link.forget_before(start);
+  if (!node_links.empty())
+    node_links[std::size_t(rank / preset.links.gpus_per_node)].forget_before(node_from);
   nics[devices[rank].nic].forget_before(nic_from);
   ingress[devices[rank].nic].forget_before(world_from);  // booked by senders on other nodes
   for (auto& wg : k.wgs) {
@@ -272,12 +280,15 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
   const model::Links& l = preset.links;
   VirtualDevice& dev = devices[src];
   const bool near = l.same_node(src, peer);
-  const double gbps = near ? l.peer_gbps : l.nic_gbps;
   const double latency = (near ? l.peer_us : l.nic_us) * 1e-6;
+  // Inside a node: the pair's mesh link, the device's switch port, or the node's one memory.
   Calendar& link = !near ? nics[dev.nic]
-                   : l.peer_topology == model::PeerTopology::mesh ? dev.peer_links[peer]
-                                                                 : dev.peer_links[0];
-  double seconds = double(bytes) / (gbps * 1e9);
+                   : l.peer_topology == model::PeerTopology::mesh     ? dev.peer_links[peer]
+                   : l.peer_topology == model::PeerTopology::switched ? dev.peer_links[0]
+                                                                      : node_links[std::size_t(
+                                                                            src / l.gpus_per_node)];
+  double seconds = near ? model::peer_seconds(preset, std::int64_t(bytes))
+                        : double(bytes) / (l.nic_gbps * 1e9);
   if (near && dev.node_share > 0) {
     // A put between devices sharing the node's memory is a copy through it (read + written), at
     // the device's share of it.
@@ -336,8 +347,8 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
   }
   wg.arrivals[peer] = std::max(wg.arrivals[peer], arrival);
   if (world.tracing && seconds > 0) {
-    const int track = !near                        ? kNicTrack
-                      : dev.peer_links.size() == 1 ? kLinkTrack  // the switch port
+    const int track = !near                       ? kNicTrack
+                      : dev.peer_links.size() <= 1 ? kLinkTrack  // the switch port, the memory
                                                    : kLinkTrack + 1 + peer;
     world.record({fusedcoll::detail::make_string(what, " to r", peer, " ", bytes, " B"), "link",
                   src, track, start * 1e6, seconds * 1e6});

@@ -60,17 +60,21 @@ struct Event {
   bool operator>(const Event& o) const {
     if (t != o.t) return t > o.t;
     if (host != o.host) return !host;  // hosts first
-    if (rank != o.rank) return rank > o.rank;
-    if (launch != o.launch) return launch > o.launch;
     if (since != o.since) return since > o.since;
-    return wg > o.wg;
+    // At one instant the devices' workgroups take turns (workgroup 0 of every device, then 1,
+    // ...), so that a resource devices share (a NIC, a `shared` node's memory) is granted to
+    // them in turn, as the hardware shares it, not to one device's whole kernel first.
+    if (wg != o.wg) return wg > o.wg;
+    if (rank != o.rank) return rank > o.rank;
+    return launch > o.launch;
   }
 };
 
 /// The device side of one rank's machine: its compute units and its egress links.
 struct VirtualDevice {
   std::vector<Calendar> cus;
-  std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port
+  std::vector<Calendar> peer_links;  // mesh: one per destination; switched: [0] is the port;
+                                     // shared: none (VirtualTime::node_links)
   int nic = 0;  // its NIC in VirtualTime::nics (`model::Links::nic_of`)
   std::vector<double> slot_time;  // when each signal slot reached its value
   std::vector<char> slot_remote;  // whether the update that set slot_time came from another device
@@ -102,6 +106,8 @@ struct VirtualTime {
   /// its bytes enter the destination node through (`model::Links::ingress_nic`, the sender's
   /// rail) for the same stretch, so senders on one rail into one node take that NIC in turn.
   std::vector<Calendar> ingress;
+  /// `PeerTopology::shared`, per node: the one memory every put inside the node goes through.
+  std::vector<Calendar> node_links;
   bool stopping = false;
   std::thread driver;
 

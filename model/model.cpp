@@ -15,7 +15,15 @@
 namespace fusedcoll::model {
 
 const char* to_string(PeerTopology t) noexcept {
-  return t == PeerTopology::mesh ? "mesh" : "switched";
+  switch (t) {
+    case PeerTopology::mesh:
+      return "mesh";
+    case PeerTopology::switched:
+      return "switched";
+    case PeerTopology::shared:
+      return "shared";
+  }
+  return "?";
 }
 
 const char* to_string(Kernel k) noexcept {
@@ -198,12 +206,16 @@ double device_seconds(const Preset& p, const Work& w) {
   return launch_seconds(p) + std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
 }
 
+double peer_seconds(const Preset& p, std::int64_t bytes) {
+  if (p.links.peer_topology == PeerTopology::shared)
+    return node_memory_seconds(p, copy(bytes));
+  return d(bytes) / (p.links.peer_gbps * 1e9);
+}
+
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
   if (src == dst) return 0;
-  const bool near = p.links.same_node(src, dst);
-  const double gbps = near ? p.links.peer_gbps : p.links.nic_gbps;
-  const double us = near ? p.links.peer_us : p.links.nic_us;
-  return us * 1e-6 + d(bytes) / (gbps * 1e9);
+  if (p.links.same_node(src, dst)) return p.links.peer_us * 1e-6 + peer_seconds(p, bytes);
+  return p.links.nic_us * 1e-6 + d(bytes) / (p.links.nic_gbps * 1e9);
 }
 
 double nic_cpu_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
@@ -400,9 +412,11 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
         p.links.peer_topology = PeerTopology::mesh;
       else if (value == "switched")
         p.links.peer_topology = PeerTopology::switched;
+      else if (value == "shared")
+        p.links.peer_topology = PeerTopology::shared;
       else
-        throw InvalidArgument(
-            detail::make_string(here, "unknown ", field, " '", value, "' (mesh or switched)"));
+        throw InvalidArgument(detail::make_string(here, "unknown ", field, " '", value,
+                                                  "' (mesh, switched or shared)"));
     } else {
       char* end = nullptr;
       const double v = std::strtod(value.c_str(), &end);
@@ -448,9 +462,10 @@ void validate(const Preset& p) {
   }
   check_nics(where, p.links);
   require(p.links.peer_topology == PeerTopology::mesh ||
-              p.links.peer_topology == PeerTopology::switched,
+              p.links.peer_topology == PeerTopology::switched ||
+              p.links.peer_topology == PeerTopology::shared,
           where, "links.peer_topology ", static_cast<int>(p.links.peer_topology),
-          " is not mesh or switched");
+          " is not mesh, switched or shared");
   for (int k = 0; k < kKernels; ++k)
     check_range(where, full_name("efficiency", to_string(static_cast<Kernel>(k))), p.efficiency[k],
                 kEfficiency);

@@ -468,10 +468,13 @@ double exchange_seconds(const Cluster& c, const std::vector<std::int64_t>& to,
     }
   }
   (void)G;
-  const double peer_bytes = L.peer_topology == model::PeerTopology::mesh
-                                ? peer_max
-                                : std::max(peer_sum_out, peer_sum_in);
-  const double tp = intra ? L.peer_us * 1e-6 + peer_bytes / (L.peer_gbps * 1e9) : 0;
+  // shared: the node's devices send at once (a balanced exchange) through its one memory.
+  const double peer_bytes = L.peer_topology == model::PeerTopology::mesh ? peer_max
+                            : L.peer_topology == model::PeerTopology::switched
+                                ? std::max(peer_sum_out, peer_sum_in)
+                                : peer_sum_out * L.gpus_per_node;
+  const double tp =
+      intra ? L.peer_us * 1e-6 + model::peer_seconds(c.preset, std::int64_t(peer_bytes)) : 0;
   // The devices of a node send at once (a balanced exchange): each gets its share of the NICs.
   const double nic_share = L.nic_gbps * L.nics() / L.gpus_per_node;
   const double tn = inter ? L.nic_us * 1e-6 + std::max(nic_out, nic_in) / (nic_share * 1e9) : 0;
@@ -484,8 +487,11 @@ double allreduce_seconds(const Cluster& c, std::int64_t S) {
   const double chunk = static_cast<double>(S) / G;
   double t = 0;
   if (G > 1) {
-    const double per_link = L.peer_topology == model::PeerTopology::mesh ? chunk : chunk * (G - 1);
-    t += 2 * (L.peer_us * 1e-6 + per_link / (L.peer_gbps * 1e9));
+    const double per_link = L.peer_topology == model::PeerTopology::mesh ? chunk
+                            : L.peer_topology == model::PeerTopology::switched
+                                ? chunk * (G - 1)
+                                : chunk * (G - 1) * G;  // shared: every device's at once
+    t += 2 * (L.peer_us * 1e-6 + model::peer_seconds(c.preset, std::int64_t(per_link)));
     t += spread(c, model::reduce(static_cast<std::int64_t>(chunk * (G - 1) / 4)));
   }
   if (N > 1) {

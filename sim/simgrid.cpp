@@ -4,7 +4,8 @@
 // Platform: the root zone is a fat tree whose leaves are the nodes. A node is a full zone with
 // its G devices, its K = nics_per_node NIC links (nic_gbps each, half the NIC latency each way;
 // device g routes through NIC g mod K, one NIC per device by default) to the node's switch, and
-// the peer links: a link per pair (mesh) or a port per device (switched), peer_gbps each. The
+// the peer links: a link per pair (mesh) or a port per device (switched), peer_gbps each, or the
+// node's one memory every put inside it crosses (shared: a copy's rate, model::peer_seconds). The
 // fat tree's links carry K x nic_gbps with no latency, so a transfer between nodes crosses two NIC links (nic_us in all) and the fabric, which
 // is non-blocking unless tapered. Every link is split-duplex (full duplex).
 //
@@ -72,6 +73,12 @@ std::vector<sg4::Host*> build_platform(const Cluster& c) {
     std::vector<sg4::Host*> h(static_cast<std::size_t>(G));
     std::vector<sg4::Link*> port(static_cast<std::size_t>(G));
     std::vector<sg4::Link*> nics(static_cast<std::size_t>(K));
+    sg4::Link* memory = nullptr;
+    if (L.peer_topology == model::PeerTopology::shared) {
+      // One medium in both directions: the bytes of b take model::peer_seconds(b) alone on it.
+      const double rate = 1.0 / model::peer_seconds(c.preset, 1 << 20) * (1 << 20);
+      memory = z->create_link(n + "-memory", rate)->set_latency(L.peer_us * 1e-6)->seal();
+    }
     for (int k = 0; k < K; ++k) {
       // Named by the first device on it: with one NIC per device, "nic<rank>" as before.
       nics[k] = z->create_split_duplex_link("nic" + std::to_string(static_cast<int>(id) * G + k),
@@ -96,7 +103,9 @@ std::vector<sg4::Host*> build_platform(const Cluster& c) {
       for (int b = a + 1; b < G; ++b) {
         auto* na = h[a]->get_netpoint();
         auto* nb = h[b]->get_netpoint();
-        if (L.peer_topology == model::PeerTopology::switched) {
+        if (memory != nullptr) {
+          z->add_route(na, nb, nullptr, nullptr, {sg4::LinkInRoute(memory)}, true);
+        } else if (L.peer_topology == model::PeerTopology::switched) {
           using D = sg4::LinkInRoute::Direction;
           z->add_route(na, nb, nullptr, nullptr,
                        {sg4::LinkInRoute(port[a], D::UP), sg4::LinkInRoute(port[b], D::DOWN)}, false);
@@ -518,6 +527,9 @@ Result simulate(const Cluster& c, const std::function<Program(int)>& program, co
   xbt_log_control_set("root.thresh:critical");
   e.set_config("network/model:" + o.network_model);
   e.set_config("network/crosstraffic:0");
+  // No TCP window bound (gamma / 2 latency: 1 TB/s at 2 us), which a `shared` node's memory
+  // exceeds: a transfer alone takes the cost model's time at any rate.
+  e.set_config("network/TCP-gamma:0");
   e.set_config("contexts/stack-size:128");
   // Completions within this many seconds are one event: the max-min system is solved once for
   // them, not once each (a 128-node exchange ends in thousands of near-simultaneous completions).

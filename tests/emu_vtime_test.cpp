@@ -282,6 +282,58 @@ TEST(EmuVirtualTime, APutThroughSharedNodeMemoryIsACopy) {
   EXPECT_DOUBLE_EQ(one_put(virtual_world(2, 1)), 8e-6);  // private memories: OnePut's 8 us
 }
 
+/// One node of `size` devices, peers reached as `topology` (the switch port at 1 GB/s; the node's
+/// memory at 8 GB/s, so a `shared` node's put of 1000 bytes, 2000 read + written, holds it
+/// 0.25 us); workgroup w of rank r puts 1000 bytes to each of `puts[r][w]`, at the launch (5 us),
+/// in that order, signalling nothing. Every rank's clock.
+std::vector<double> node_puts(fc::model::PeerTopology topology,
+                              const std::vector<std::vector<std::vector<int>>>& puts) {
+  const int size = static_cast<int>(puts.size());
+  WorldOptions o = virtual_world(size, 1, 8);
+  auto p = std::make_shared<fc::model::Preset>(*o.model);
+  p->links.gpus_per_node = size;
+  p->links.peer_topology = topology;
+  o.model = p;
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000 * std::size_t(size), "box");
+    const int r = comm.rank();
+    const std::vector<char> data(1000, char('a' + r));
+    const auto& mine = puts[std::size_t(r)];
+    rk.launch("put", std::max<int>(1, int(mine.size())), [&](WgContext& wg) -> WgTask {
+      if (wg.wg() < mine.size())
+        for (int q : mine[wg.wg()]) wg.put(q, box, 1000 * std::size_t(r), data.data(), 1000);
+      co_return;
+    });
+  });
+  return clocks_of(world);
+}
+
+TEST(EmuVirtualTime, PutsInsideASharedNodeTakeItsOneMemoryInTurn) {
+  using T = fc::model::PeerTopology;
+  // Rank 0 alone puts to ranks 1, 2, 3. Through the node's one memory each put takes 0.25 us:
+  // 5-5.25, 5.25-5.5, 5.5-5.75, landing 2 us later; rank 0's kernel ends when the last landed,
+  // at 7.75 us. Through its own switch port at 1 GB/s they take 1 us each: 8, 9, 10 us. The
+  // others' kernels end at their launch.
+  expect_times(node_puts(T::shared, {{{1, 2, 3}}, {}, {}, {}}), {7.75e-6, 5e-6, 5e-6, 5e-6});
+  expect_times(node_puts(T::switched, {{{1, 2, 3}}, {}, {}, {}}), {10e-6, 5e-6, 5e-6, 5e-6});
+  // Every rank puts to the next at once: the one memory takes them in turn (5-5.25 for rank 0,
+  // ..., 5.75-6 for rank 3), so the four together take what four ports do side by side.
+  expect_times(node_puts(T::shared, {{{1}}, {{2}}, {{3}}, {{0}}}),
+               {7.25e-6, 7.5e-6, 7.75e-6, 8e-6});
+  expect_times(node_puts(T::switched, {{{1}}, {{2}}, {{3}}, {{0}}}), {8e-6, 8e-6, 8e-6, 8e-6});
+}
+
+TEST(EmuVirtualTime, AtOneInstantTheDevicesWorkgroupsTakeTurns) {
+  // Ranks 0 and 1 of a shared node, two workgroups each putting to the other, all at 5 us: the
+  // memory goes to workgroup 0 of rank 0 (5-5.25), of rank 1 (5.25-5.5), then workgroup 1 of each
+  // (5.5-5.75, 5.75-6): rank 0's puts land at 7.25 and 7.75, rank 1's at 7.5 and 8. Were one
+  // device's kernel served first, rank 0's would land at 7.25 and 7.5.
+  expect_times(node_puts(fc::model::PeerTopology::shared, {{{1}, {1}}, {{0}, {0}}}),
+               {7.75e-6, 8e-6});
+}
+
 /// Rank 0 puts 1000 bytes with a signal to rank 1, then copies 1500 bytes (3 us on its compute
 /// unit); rank 0's clock, with `put_cu_share` = `share`.
 double put_then_copy(double share) {

@@ -250,6 +250,15 @@ TEST(Model, TransferInsideAndAcrossNodes) {
   EXPECT_DOUBLE_EQ(m::nic_cpu_seconds(tcp, 2, 0, 10000), 5e-6);
   EXPECT_EQ(m::nic_cpu_seconds(tcp, 0, 1, 10000), 0.0);  // inside a node
   EXPECT_EQ(m::nic_cpu_seconds(tcp, 2, 2, 10000), 0.0);
+  // `shared` (the node's devices are slices of one device): inside the node a put is a copy
+  // through its one memory, 20 kB read + written at 6 GB/s, whatever peer_gbps says; across
+  // nodes the NIC as before.
+  m::Preset one = p;
+  one.links.peer_topology = m::PeerTopology::shared;
+  EXPECT_DOUBLE_EQ(m::peer_seconds(one, 10000), 20000 / 6e9);
+  EXPECT_DOUBLE_EQ(m::transfer_seconds(one, 0, 1, 10000), 1e-6 + 20000 / 6e9);
+  EXPECT_DOUBLE_EQ(m::transfer_seconds(one, 1, 2, 10000), 5e-6 + 1e-5);
+  EXPECT_DOUBLE_EQ(m::peer_seconds(p, 10000), 1e-6);  // mesh: peer_gbps
 }
 
 TEST(Model, BuiltInPresetsLoadAndRoundTrip) {
@@ -307,8 +316,12 @@ TEST(Model, ResultsPresetFilesLoad) {
     EXPECT_FALSE(m::shares_node_memory(p));
     EXPECT_NEAR(p.device.memory_gbps * 4, p.device.node_memory_gbps, 1e-9);
     EXPECT_LE(p.device.node_memory_gbps, h100.device.memory_gbps);
-    EXPECT_EQ(p.links.peer_topology, m::PeerTopology::switched);
-    EXPECT_NEAR(p.links.peer_gbps * 2, p.device.memory_gbps, 0.1);
+    // The ranks are one GPU: their puts share its one memory (a rank alone gets all of it).
+    EXPECT_EQ(p.links.peer_topology, m::PeerTopology::shared);
+    EXPECT_NEAR(m::peer_seconds(p, 1 << 20),
+                2.0 * (1 << 20) /
+                    (p.device.node_memory_gbps * 1e9 * p.efficiency_of(m::Kernel::copy)),
+                1e-15);
   }
 }
 
@@ -437,8 +450,11 @@ TEST(Model, RejectsBadFilesNamingTheField) {
               HasSubstr("unknown field 'device.cu_glops' (the fields of [device]: compute_units"));
   EXPECT_THAT(parse_error(edit(good, "[links]", "[network]")),
               HasSubstr("unknown section [network]"));
+  EXPECT_EQ(m::parse_preset(edit(good, "peer_topology", "peer_topology = shared"), "x")
+                .links.peer_topology,
+            m::PeerTopology::shared);
   EXPECT_THAT(parse_error(edit(good, "peer_topology", "peer_topology = torus")),
-              HasSubstr("unknown links.peer_topology 'torus' (mesh or switched)"));
+              HasSubstr("unknown links.peer_topology 'torus' (mesh, switched or shared)"));
   // Malformed values and lines, repeats; the line number is named.
   EXPECT_THAT(parse_error(edit(good, "compute_units", "compute_units = 13.5")),
               HasSubstr("device.compute_units = 13.5 is not an integer"));

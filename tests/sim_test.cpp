@@ -93,6 +93,24 @@ sim::Result exchange_into(const sim::Cluster& c, const std::vector<int>& senders
   });
 }
 
+TEST(Sim, PutsInsideASharedNodeShareItsOneMemory) {
+  // `shared` (ranks as slices of one GPU): a put inside the node alone takes the model's time,
+  // a copy through the node's memory; two devices putting at once share that memory, so each
+  // takes twice as long (as the emulator's puts in turn end together); a put across nodes is
+  // the NIC's, as before.
+  sim::Cluster c = cluster("h100", 2);
+  c.preset.links.peer_topology = fc::model::PeerTopology::shared;
+  const int G = c.preset.links.gpus_per_node;
+  const std::int64_t bytes = 64 << 20;
+  const double alone = fc::model::transfer_seconds(c.preset, 0, 1, bytes);
+  EXPECT_NEAR(alone, c.preset.links.peer_us * 1e-6 + 2.0 * bytes / (26800e9 * 0.8), 1e-9);
+  EXPECT_NEAR(transfer(c, 0, 1, bytes, 1e-9), alone, 1e-9);
+  EXPECT_NEAR(exchange_into(c, {0, 2}, 1, bytes).iteration,
+              c.preset.links.peer_us * 1e-6 + 2 * (alone - c.preset.links.peer_us * 1e-6), 1e-8);
+  EXPECT_NEAR(transfer(c, 0, G, bytes, 1e-9), fc::model::transfer_seconds(c.preset, 0, G, bytes),
+              1e-9);
+}
+
 TEST(Sim, FlowsIntoANodeOnOneRailShareItsNic) {
   // Three nodes: device 0 of nodes 1 and 2 both send into device 0 of node 0, on rail 0, so
   // node 0's NIC 0 carries both: the second byte stream ends a transfer's bytes after the first

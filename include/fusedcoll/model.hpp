@@ -71,7 +71,12 @@ struct Device {
 /// How the devices of a node reach each other.
 enum class PeerTopology : std::uint8_t {
   mesh,     ///< A link of `peer_gbps` to every other device of the node (Infinity Fabric).
-  switched  ///< One port of `peer_gbps` per device, shared by all its peers (NVLink + NVSwitch).
+  switched,  ///< One port of `peer_gbps` per device, shared by all its peers (NVLink + NVSwitch).
+  /// The node's devices are slices of one device (ranks as blocks of one launch on one GPU): a
+  /// put into a peer's buffer is a copy through that device's one memory, which every put of the
+  /// node shares (`node_memory_gbps`, read + written: `model::peer_seconds`); `peer_gbps` is not
+  /// used. One device putting alone gets the whole memory, all putting at once a share each.
+  shared
 };
 const char* to_string(PeerTopology t) noexcept;
 
@@ -251,8 +256,11 @@ inline double span_seconds(const Preset& p, std::initializer_list<Work> works, i
 /// work the model prices as a pass of its own (the compressed wire's amax): launch plus
 /// `max(flops / (cu_rate * compute_units), bytes / memory_bandwidth) / efficiency`.
 double device_seconds(const Preset& p, const Work& w);
+/// Seconds `bytes` hold a peer link (inside a node): bytes over `peer_gbps`, or with
+/// `PeerTopology::shared` a copy of them through the node's one memory (`node_memory_seconds`).
+double peer_seconds(const Preset& p, std::int64_t bytes);
 /// Seconds from `src` putting `bytes` to their arrival at `dst`, on an idle link: latency plus
-/// bytes over the link's bandwidth. 0 for `src == dst`.
+/// bytes over the link's bandwidth (`peer_seconds` inside a node). 0 for `src == dst`.
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
 /// Seconds a put of `bytes` from `src` to `dst` keeps a compute unit of each of them busy in the
 /// host's network stack (`Links::nic_cpu_gbps`): 0 inside a node or where the preset has none.
