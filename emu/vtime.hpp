@@ -4,7 +4,7 @@
 //
 // Every workgroup carries a virtual clock (seconds), every rank's host thread too. One driver
 // thread runs every workgroup, one resumption at a time, always the pending one with the smallest
-// virtual time (ties by rank, launch, workgroup id), and only while every host thread is blocked
+// virtual time (ties by the time it was ready, workgroup id, rank, launch), and only while every host thread is blocked
 // (in a launch, a rendezvous, or done with `World::run`): then nothing can still appear with an
 // earlier time, so each resource (a compute unit, a link) is granted in virtual-time order.
 // Nothing here reads the host's clock or depends on its threads, so virtual times are a function
