@@ -55,7 +55,7 @@ struct EmbRank {
   float* recv;             // [B_me, T, D] as slices of every source, source-major
 };
 
-struct EmbParams {
+struct EmbParams : ProcessFields {
   int P;
   std::int64_t T, D;
   int mean;
@@ -77,17 +77,7 @@ struct EmbParams {
   const std::uint64_t* wait_target;   // [P][P]: rank me's target for source p's slot
   const std::uint64_t* done_target;   // [P][P]: rank me's done-mask target for destination q
   const std::uint64_t* sent_target;   // [P][P]: rank me's piece count target for destination q
-  // Process mode (docs/gpu.md, "Process mode"): this process's rank (-1: single mode, the rank is
-  // blockIdx.y), the heap's id, and byte offsets of out and recv in every rank's heap.
-  int me;
-  int heap;
-  std::uint64_t out_off, recv_off;
-  int unpack_self;  // process mode's unfused exchange: this rank's own slice comes from `stage`
 };
-
-__device__ inline int rank_of(const EmbParams& p) {
-  return p.me >= 0 ? p.me : static_cast<int>(blockIdx.y);
-}
 
 /// Pools bags [b0, b0 + rows) of one table into dst (row stride ld): one thread per element.
 __device__ void pool_rows(const EmbTable& tb, std::int64_t D, int mean, std::int64_t b0,
@@ -247,7 +237,6 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   Arena arena;
   std::vector<EmbRank> ranks(P);
   // Process mode: the buffers in the symmetric heap (carve_heap).
-  const std::size_t out_off = 0;
   std::size_t recv_off = 0;
   Process* process = ctx.process();
 #if defined(FC_GPU_PROCESS)
@@ -323,14 +312,7 @@ void embedding_alltoall(Context& ctx, std::span<const EmbeddingAllToAllArgs> all
   p.piece_begin = arena.upload(piece_begin);
   p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
-  p.me = me_only;
-  p.heap = -1;
-#if defined(FC_GPU_PROCESS)
-  if (process != nullptr) p.heap = process->heap_id();
-#endif
-  p.out_off = out_off;
-  p.recv_off = recv_off;
-  p.unpack_self = 0;
+  static_cast<ProcessFields&>(p) = process_fields(ctx, recv_off);
 
   std::vector<std::uint64_t> wait_target(static_cast<std::size_t>(P * P), 0),
       done_target(static_cast<std::size_t>(P * P), 0), sent_target(static_cast<std::size_t>(P * P), 0);

@@ -76,7 +76,7 @@ struct GemmRank {
   float* recv;                // [recv rows, N]: slices by host
 };
 
-struct GemmParams {
+struct GemmParams : ProcessFields {
   int P;
   std::int64_t K, N;
   const GemmRank* ranks;
@@ -96,17 +96,7 @@ struct GemmParams {
   const std::uint64_t* wait_target;  // [me][h]
   const std::uint64_t* done_target;  // [me][s]
   const std::uint64_t* sent_target;  // [me][s]
-  // Process mode: this process's rank (-1: single mode, the rank is blockIdx.y), the heap's id,
-  // and byte offsets of out and recv in every rank's heap.
-  int me;
-  int heap;
-  std::uint64_t out_off, recv_off;
-  int unpack_self;  // process mode's unfused exchange: this rank's own rows come from `stage`
 };
-
-__device__ inline int rank_of(const GemmParams& p) {
-  return p.me >= 0 ? p.me : static_cast<int>(blockIdx.y);
-}
 
 /// dst[r * ldd + c] = sum over k of a[r][k] * w[k][n0 + c] for r < rows, c < cols.
 __device__ void gemm_tile(const float* a, const float* w, std::int64_t K, std::int64_t N,
@@ -330,7 +320,6 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
     most_out = std::max(most_out, out_rows[r]);
   }
   // Process mode: the buffers in the symmetric heap (carve_heap).
-  const std::size_t out_off = 0;
   std::size_t recv_off = 0;
   Process* process = ctx.process();
 #if defined(FC_GPU_PROCESS)
@@ -366,14 +355,7 @@ void gemm_alltoall(Context& ctx, std::span<const GemmAllToAllArgs> all, Mode mod
   p.run_begin = arena.upload(run_begin);
   p.claims = arena.alloc_zeroed<unsigned long long>(P);
   p.sync = ctx.view();
-  p.me = me_only;
-  p.heap = -1;
-#if defined(FC_GPU_PROCESS)
-  if (process != nullptr) p.heap = process->heap_id();
-#endif
-  p.out_off = out_off;
-  p.recv_off = recv_off;
-  p.unpack_self = 0;
+  static_cast<ProcessFields&>(p) = process_fields(ctx, recv_off);
 
   // scale_out (and the pushed unfused exchange): each rank's slice puts in pieces, sources in
   // remote-first order.

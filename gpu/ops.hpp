@@ -27,6 +27,28 @@ void check_world(std::span<const Args> all, int world_size) {
   detail::check_all_agree(world_size, [&](int r) -> const Args& { return all[r]; });
 }
 
+/// Process mode's fields of the All-to-All operators' kernel parameters (EmbParams, GemmParams;
+/// docs/gpu.md, "Process mode"), which derive from it.
+struct ProcessFields {
+  int me;    // this process's rank; -1 in the single mode, where a block's rank is blockIdx.y
+  int heap;  // the symmetric heap's id (a put record's buffer)
+  std::uint64_t out_off, recv_off;  // byte offsets of out and recv in every rank's heap
+  int unpack_self;  // process mode's unfused exchange: this rank's own rows come from `stage`
+};
+
+/// The fields of a call on `ctx` whose recv sits at `recv_off` (carve_heap; out at 0), read after
+/// the heap was reserved for the call.
+inline ProcessFields process_fields(const Context& ctx, std::uint64_t recv_off) {
+  return ProcessFields{ctx.me(), ctx.heap_id(), 0, recv_off, 0};
+}
+
+#if defined(FC_GPU_HIP) || defined(FC_GPU_CUDA)
+/// The rank a block works for: this process's in process mode, else blockIdx.y.
+__device__ inline int rank_of(const ProcessFields& p) {
+  return p.me >= 0 ? p.me : static_cast<int>(blockIdx.y);
+}
+#endif
+
 /// Process mode's unfused exchange of the All-to-All operators (docs/gpu.md, "Process mode"):
 /// `p` for their scale_out kernel run over no tiles, with its own work-queue counters, so that it
 /// only puts every slice of the stage to its destination and copies each into place, this rank's

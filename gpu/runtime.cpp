@@ -144,6 +144,13 @@ SyncView Context::view() const noexcept {
   return v;
 }
 
+int Context::heap_id() const noexcept {
+#if defined(FC_GPU_PROCESS)
+  if (process_) return process_->heap_id();
+#endif
+  return -1;
+}
+
 void Context::begin_call(const std::string& op) {
   FC_CHECK_GPU(gpuSetDevice(device_));  // host threads of `World::run` start on device 0
 #if defined(FC_GPU_PROCESS)

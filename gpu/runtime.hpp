@@ -448,6 +448,8 @@ class Context {
   int me() const noexcept { return me_; }
   /// Process mode's state (null in the single-GPU mode).
   Process* process() const noexcept { return process_.get(); }
+  /// Process mode: the symmetric heap's current id (a put record's buffer); -1 in the single mode.
+  int heap_id() const noexcept;
   int sms() const noexcept { return sms_; }
   int device() const noexcept { return device_; }
   const std::string& device_name() const noexcept { return name_; }

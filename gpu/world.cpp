@@ -221,8 +221,49 @@ Context make_context(const WorldOptions& o) {
 #endif
 }
 
+/// Every operator and collective of a rank's Backend, each through `Derived::meet(args, name,
+/// run)`: how that placement meets the other ranks' calls named `name` before `run(ctx, all)`
+/// takes every rank's arguments.
+template <class Derived>
+class WithCalls : public Backend {
+ public:
+  void embedding_alltoall(const EmbeddingAllToAllArgs& args, Mode mode) override {
+    op(args, mode, "embedding_alltoall", ops::embedding_alltoall);
+  }
+  void gemv_allreduce(const GemvAllReduceArgs& args, Mode mode) override {
+    op(args, mode, "gemv_allreduce", ops::gemv_allreduce);
+  }
+  void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
+    op(args, mode, "gemm_alltoall", ops::gemm_alltoall);
+  }
+  void all_reduce(const AllReduceArgs& args) override {
+    self().meet(args, "all_reduce", coll::all_reduce);
+  }
+  void all_to_allv(const AllToAllvArgs& args) override {
+    self().meet(args, "all_to_allv", coll::all_to_allv);
+  }
+  void reduce_scatter(const ReduceScatterArgs& args) override {
+    self().meet(args, "reduce_scatter", coll::reduce_scatter);
+  }
+  void all_gather(const AllGatherArgs& args) override {
+    self().meet(args, "all_gather", coll::all_gather);
+  }
+  void broadcast(const BroadcastArgs& args) override {
+    self().meet(args, "broadcast", coll::broadcast);
+  }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  template <class Args>
+  void op(const Args& args, Mode mode, const char* name,
+          void (*run)(Context&, std::span<const Args>, Mode)) {
+    self().meet(args, std::string(name) + " " + to_string(mode),
+                [&](Context& ctx, std::span<const Args> all) { run(ctx, all, mode); });
+  }
+};
+
 /// This process's rank in process mode: every call meets the peers' in agree_world.
-class ProcessBackend final : public Backend {
+class ProcessBackend final : public WithCalls<ProcessBackend> {
  public:
   ProcessBackend(Context& ctx, Kernels& kernels) : ctx_(ctx), kernels_(kernels) {}
   detail::KernelRuntime* kernels() noexcept override { return kernels_.rank(ctx_.me()); }
@@ -233,55 +274,15 @@ class ProcessBackend final : public Backend {
     ctx_.process()->exchange("", "to reach the barrier");
 #endif
   }
-  void embedding_alltoall(const EmbeddingAllToAllArgs& args, Mode mode) override {
-#if defined(FC_GPU_PROCESS)
-    const std::string op = std::string("embedding_alltoall ") + to_string(mode);
-    const std::vector<EmbeddingAllToAllArgs> all = agree_world(*ctx_.process(), args, op);
-    ops::embedding_alltoall(ctx_, all, mode);
-#else
-    (void)args;
-    (void)mode;
-#endif
-  }
-  void gemv_allreduce(const GemvAllReduceArgs& args, Mode mode) override {
-#if defined(FC_GPU_PROCESS)
-    const std::string op = std::string("gemv_allreduce ") + to_string(mode);
-    ops::gemv_allreduce(ctx_, agree_world(*ctx_.process(), args, op), mode);
-#else
-    (void)args;
-    (void)mode;
-#endif
-  }
-  void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
-#if defined(FC_GPU_PROCESS)
-    const std::string op = std::string("gemm_alltoall ") + to_string(mode);
-    ops::gemm_alltoall(ctx_, agree_world(*ctx_.process(), args, op), mode);
-#else
-    (void)args;
-    (void)mode;
-#endif
-  }
-  void all_reduce(const AllReduceArgs& args) override {
-    meet(args, "all_reduce", coll::all_reduce);
-  }
-  void all_to_allv(const AllToAllvArgs& args) override {
-    meet(args, "all_to_allv", coll::all_to_allv);
-  }
-  void reduce_scatter(const ReduceScatterArgs& args) override {
-    meet(args, "reduce_scatter", coll::reduce_scatter);
-  }
-  void all_gather(const AllGatherArgs& args) override {
-    meet(args, "all_gather", coll::all_gather);
-  }
-  void broadcast(const BroadcastArgs& args) override { meet(args, "broadcast", coll::broadcast); }
 
  private:
-  /// A collective: the peers' agreed fields (agree_world), then `run` over every rank's call.
-  template <class Args>
-  void meet(const Args& args, const char* name, void (*run)(Context&, std::span<const Args>)) {
+  friend class WithCalls<ProcessBackend>;
+  /// A call: the peers' agreed fields (agree_world), then `run` over every rank's call.
+  template <class Args, class Run>
+  void meet(const Args& args, const std::string& name, Run&& run) {
 #if defined(FC_GPU_PROCESS)
     const std::vector<Args> all = agree_world(*ctx_.process(), args, name);
-    run(ctx_, all);
+    run(ctx_, std::span<const Args>(all));
 #else
     (void)args;
     (void)name;
@@ -293,7 +294,7 @@ class ProcessBackend final : public Backend {
 };
 
 /// One rank's `Backend`: every call is a rendezvous of all ranks.
-class RankBackend final : public Backend {
+class RankBackend final : public WithCalls<RankBackend> {
  public:
   RankBackend(World::State& s, int rank) : s_(s), rank_(rank) {}
   detail::KernelRuntime* kernels() noexcept override { return s_.kernels->rank(rank_); }
@@ -302,48 +303,15 @@ class RankBackend final : public Backend {
   void barrier() override {
     s_.collective(rank_, "barrier", nullptr, [](const std::vector<const void*>&) {});
   }
-  void embedding_alltoall(const EmbeddingAllToAllArgs& args, Mode mode) override {
-    s_.collective(rank_, std::string("embedding_alltoall ") + to_string(mode), &args,
-                  [&](const std::vector<const void*>& raw) {
-                    const auto all = gather<EmbeddingAllToAllArgs>(raw);
-                    ops::embedding_alltoall(s_.ctx, all, mode);
-                  });
-  }
-  void gemv_allreduce(const GemvAllReduceArgs& args, Mode mode) override {
-    s_.collective(rank_, std::string("gemv_allreduce ") + to_string(mode), &args,
-                  [&](const std::vector<const void*>& raw) {
-                    const auto all = gather<GemvAllReduceArgs>(raw);
-                    ops::gemv_allreduce(s_.ctx, all, mode);
-                  });
-  }
-  void gemm_alltoall(const GemmAllToAllArgs& args, Mode mode) override {
-    s_.collective(rank_, std::string("gemm_alltoall ") + to_string(mode), &args,
-                  [&](const std::vector<const void*>& raw) {
-                    const auto all = gather<GemmAllToAllArgs>(raw);
-                    ops::gemm_alltoall(s_.ctx, all, mode);
-                  });
-  }
-  void all_reduce(const AllReduceArgs& args) override {
-    meet(args, "all_reduce", coll::all_reduce);
-  }
-  void all_to_allv(const AllToAllvArgs& args) override {
-    meet(args, "all_to_allv", coll::all_to_allv);
-  }
-  void reduce_scatter(const ReduceScatterArgs& args) override {
-    meet(args, "reduce_scatter", coll::reduce_scatter);
-  }
-  void all_gather(const AllGatherArgs& args) override {
-    meet(args, "all_gather", coll::all_gather);
-  }
-  void broadcast(const BroadcastArgs& args) override { meet(args, "broadcast", coll::broadcast); }
 
  private:
-  /// A collective: the rendezvous, then `run` over every rank's arguments.
-  template <class Args>
-  void meet(const Args& args, const char* name, void (*run)(Context&, std::span<const Args>)) {
+  friend class WithCalls<RankBackend>;
+  /// A call: the rendezvous, then `run` over every rank's arguments.
+  template <class Args, class Run>
+  void meet(const Args& args, const std::string& name, Run&& run) {
     s_.collective(rank_, name, &args, [&](const std::vector<const void*>& raw) {
       const auto all = gather<Args>(raw);
-      run(s_.ctx, all);
+      run(s_.ctx, std::span<const Args>(all));
     });
   }
   World::State& s_;
