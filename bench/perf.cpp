@@ -15,9 +15,10 @@
 // rank's link must carry with an optimal algorithm. `wire` is measured on the emulator: the bytes
 // a rank's device actually put or stored into peers during one call (mean over ranks).
 //
-// This file is the emulator backend (timing: the n iterations are split into batches; each batch
-// is barrier, clock, back-to-back calls, barrier, clock, and the time of a call is the median over
-// batches of batch time / calls) and main; --backend mpi is perf_mpi.cpp, --backend gpu
+// This file is the emulator backend (timing: the n iterations are split into batches, with
+// --min-time more batches until they last that long; each batch is barrier, clock, back-to-back
+// calls, barrier, clock, and the time of a call is the median over batches of batch time / calls)
+// and main; --backend mpi is perf_mpi.cpp, --backend gpu
 // perf_gpu.cpp, and what they share (flags, cases, checks, printer) perf_common.cpp. Check (-c 1,
 // default): after timing, outputs are poisoned, the op runs once more, and every rank's output is
 // compared bit for bit with ref/ on the same inputs: `#wrong` counts differing elements (it must
@@ -44,32 +45,49 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Times `call` on every rank: `batches` x (barrier, clock, `per_batch` calls, barrier, clock).
-/// Returns the median seconds per call. In virtual time the clock is the rank's virtual clock,
-/// which every rank reads alike after a barrier: the time from the common start to the latest
-/// rank's end.
-double time_calls(fc::emu::World& world, const std::function<void(fc::Communicator&)>& call,
-                  int warmup, int iters) {
-  const int batches = std::min(iters, 5);
-  const int per_batch = std::max(1, iters / batches);
+/// Seconds per call (the median over batches) and how many calls were made, warm-up included.
+struct Timing {
+  double seconds = 0;
+  int calls = 0;
+};
+
+/// Times `call` on every rank: `batches` x (barrier, clock, `per_batch` calls, barrier, clock),
+/// then more batches while --min-time asks for them. Returns the median seconds per call. In
+/// virtual time the clock is the rank's virtual clock, which every rank reads alike after a
+/// barrier: the time from the common start to the latest rank's end.
+Timing time_calls(fc::emu::World& world, const std::function<void(fc::Communicator&)>& call,
+                  const Options& o) {
+  const int batches = std::min(o.iters, 5);
+  const int per_batch = std::max(1, o.iters / batches);
   std::vector<double> per_call;
+  double timed = 0;   // rank 0's: the batches' seconds so far
+  bool more = false;  // rank 0's decision, read by every rank after a barrier
   const bool virtual_time = world.virtual_time();
   world.run([&](fc::Communicator& comm) {
-    for (int i = 0; i < warmup; ++i) call(comm);
-    for (int b = 0; b < batches; ++b) {
+    for (int i = 0; i < o.warmup; ++i) call(comm);
+    for (int b = 0;; ++b) {
+      if (b >= batches) {  // --min-time: rank 0's clock decides for every rank
+        if (o.min_time <= 0) break;
+        if (comm.rank() == 0) more = more_rounds(o, b, batches, timed);
+        fc::barrier(comm);
+        const bool go = more;
+        fc::barrier(comm);  // nobody reads `more` while rank 0 writes the next one
+        if (!go) break;
+      }
       fc::barrier(comm);
       const auto t0 = Clock::now();
       const double v0 = virtual_time ? world.virtual_seconds(comm.rank()) : 0;
       for (int i = 0; i < per_batch; ++i) call(comm);
       fc::barrier(comm);
-      if (comm.rank() == 0)
-        per_call.push_back(
-            (virtual_time ? world.virtual_seconds(0) - v0
-                          : std::chrono::duration<double>(Clock::now() - t0).count()) /
-            per_batch);
+      if (comm.rank() == 0) {
+        const double s = virtual_time ? world.virtual_seconds(0) - v0
+                                      : std::chrono::duration<double>(Clock::now() - t0).count();
+        per_call.push_back(s / per_batch);
+        timed += s;
+      }
     }
   });
-  return median(per_call);
+  return {median(per_call), o.warmup + static_cast<int>(per_call.size()) * per_batch};
 }
 
 double wire_per_rank(fc::emu::World& world, std::vector<std::uint64_t>& last, double calls) {
@@ -93,18 +111,13 @@ fc::emu::WorldOptions world_options(const Options& o) {
   return w;
 }
 
-/// Calls `time_calls` makes: the warm-up and the timed batches.
-int calls_per_size(const Options& o) {
-  const int batches = std::min(o.iters, 5);
-  return o.warmup + batches * std::max(1, o.iters / batches);
-}
-
 std::int64_t run_collectives(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
   return collective_sweep(o, o.ranks, out, true, [&](CollectiveCase& c, Row& row) {
     (void)wire_per_rank(world, sent, 1);
-    row.seconds = time_calls(world, c.call, o.warmup, o.iters);
-    row.wire = wire_per_rank(world, sent, calls_per_size(o));
+    const Timing t = time_calls(world, c.call, o);
+    row.seconds = t.seconds;
+    row.wire = wire_per_rank(world, sent, t.calls);
     if (o.check)
       row.err = check_collective(c, o, [&] {
         world.run([&](fc::Communicator& comm) { c.call(comm); });
@@ -116,13 +129,13 @@ std::int64_t run_collectives(fc::emu::World& world, const Options& o, Printer& o
 std::int64_t run_fused(fc::emu::World& world, const Options& o, Printer& out) {
   std::vector<std::uint64_t> sent(o.ranks, 0);
   return fused_sweep(o, o.ranks, out, true, [&](FusedCase& c, Row& row) {
-    const int calls = calls_per_size(o);
     double* slot[] = {&row.seconds, &row.up_seconds, &row.out_seconds};
     for (int m = 0; m < 3; ++m) {
       (void)wire_per_rank(world, sent, 1);
-      *slot[m] = time_calls(
-          world, [&](fc::Communicator& comm) { c.call(comm, kModes[m]); }, o.warmup, o.iters);
-      const double wire = wire_per_rank(world, sent, calls);
+      const Timing t = time_calls(
+          world, [&](fc::Communicator& comm) { c.call(comm, kModes[m]); }, o);
+      *slot[m] = t.seconds;
+      const double wire = wire_per_rank(world, sent, t.calls);
       if (kModes[m] == fc::Mode::scale_up) row.wire = wire;
     }
     if (o.check) {

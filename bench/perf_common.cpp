@@ -28,6 +28,8 @@ flags: -b BYTES   smallest size (K/M/G suffixes; default 1K, fused ops 64K)
        -f FACTOR  size multiplier per step (default 4)
        -n N       timed iterations per size (default 20; mpi: rounds)
        -w N       warm-up iterations per size (default 5; mpi: rounds)
+       --min-time S  more timed iterations past -n until they last S seconds per size
+                  and variant (at most 1000 rounds; emu: batches; default 0: -n alone)
        -c 0|1     check every output against ref/ bit for bit (default 1)
        -g P       ranks (default 4; mpi and gpu's process mode: the world size, which -g
                   must equal)
@@ -127,8 +129,12 @@ Options parse(int argc, char** argv) {
     } else if (a == "-w") {
       o.warmup = parse_int(value(), "-w", 0, 1000000);
       warmup_given = true;
-    }
-    else if (a == "-c") o.check = parse_int(value(), "-c", 0, 1) == 1;
+    } else if (a == "--min-time") {
+      o.min_time = parse_double(value(), "--min-time");
+      if (o.min_time < 0 || o.min_time > 3600)
+        usage_error("--min-time must be in [0, 3600] seconds");
+    } else if (a == "-c")
+      o.check = parse_int(value(), "-c", 0, 1) == 1;
     else if (a == "-g") o.ranks = parse_int(value(), "-g", 1, 64);
     else if (a == "-C") o.compute_units = parse_int(value(), "-C", 1, 64);
     else if (a == "-o") {
@@ -206,6 +212,8 @@ Options parse(int argc, char** argv) {
     if (link_given)
       usage_error("--link-gbps / --link-us: in virtual time the preset's links apply (edit a "
                   "copy of the preset instead)");
+    if (o.min_time > 0)
+      usage_error("--min-time: virtual time is exact and deterministic (one call measures it)");
     // Virtual time is exact and deterministic: one call per size measures it.
     if (!iters_given) o.iters = 1;
     if (!warmup_given) o.warmup = 0;
@@ -229,6 +237,8 @@ Options parse(int argc, char** argv) {
     if (link_given)
       usage_error("--link-gbps / --link-us model the emulator's links; they do not apply to "
                   "--backend gpu");
+    if (o.min_time > 0)
+      usage_error("--min-time: --backend gpu times exactly -n calls (device events)");
     if (o.compute_units != 0)
       usage_error("-C: the GPU backend sizes its grids by occupancy; it does not apply to "
                   "--backend gpu");
@@ -249,6 +259,11 @@ Options parse(int argc, char** argv) {
                 "AllGather and All-to-All have)");
   fc::check(o.wire);
   return o;
+}
+
+bool more_rounds(const Options& o, int done, int at_least, double timed_seconds) {
+  if (done < at_least) return true;
+  return timed_seconds < o.min_time && done < kMaxTimedRounds;
 }
 
 double median(std::vector<double> v) {
@@ -334,6 +349,13 @@ const char* const kCollectiveColumns =
     "max_rel_err,rms_err";
 const char* const kBaselineColumns = "base_us,base_algbw_gbs,base_busbw_gbs,ratio,base_wrong";
 
+// The header's word on --min-time: " (more <what> until ...)", or nothing without it.
+std::string more_text(const Options& o, const char* what) {
+  if (o.min_time <= 0) return "";
+  return fc::detail::make_string(" (more ", what, ", up to ", kMaxTimedRounds, ", until ",
+                                 o.min_time, " s per variant)");
+}
+
 }  // namespace
 
 std::string Printer::file_header(const std::string& op) {
@@ -390,17 +412,18 @@ void Printer::header() {
                 "not measured on gpu\n",
                 o_.warmup, o_.iters);
   else if (o_.backend == "mpi")
-    std::printf("# %d warm-up + %d timed rounds per size, variants shuffled per round; time = "
-                "median per call (barrier, clock, call, barrier, clock); wire not measured on "
-                "mpi\n",
-                o_.warmup, o_.iters);
+    std::printf(
+        "# %d warm-up + %d timed rounds per size%s, variants shuffled per round; time = "
+        "median per call (barrier, clock, call, barrier, clock); wire not measured on "
+        "mpi\n",
+        o_.warmup, o_.iters, more_text(o_, "rounds").c_str());
   else if (o_.clock == "virtual")
     std::printf("# predicted: %d warm-up + %d timed calls per size in virtual time; time = from "
                 "the barrier before a call to its latest rank's end (docs/simulation.md)\n",
                 o_.warmup, o_.iters);
   else
-    std::printf("# %d warm-up + %d timed iterations per size; time = median over batches\n",
-                o_.warmup, o_.iters);
+    std::printf("# %d warm-up + %d timed iterations per size%s; time = median over batches\n",
+                o_.warmup, o_.iters, more_text(o_, "batches").c_str());
   if (has_baseline() && o_.backend == "gpu")
     std::printf("# base = %s on the same device, on device-resident copies of the inputs%s; "
                 "fc/base = fusedcoll time / base time (below 1: fusedcoll faster)\n",

@@ -23,6 +23,9 @@ struct Options {
   std::int64_t min_bytes = -1, max_bytes = -1;
   double factor = 4;
   int iters = 20, warmup = 5;
+  // --min-time: timed rounds (emu: batches) continue past -n until they add up to this many
+  // seconds per variant, at most kMaxTimedRounds; 0 = exactly -n (emu and mpi, wall clock).
+  double min_time = 0;
   bool check = true;
   int ranks = 0;          // -g; 0 = not given (emu: 4; mpi: the world size)
   int compute_units = 0;  // -C; 0 = not given (emu: 2; mpi: the backend's default grid)
@@ -46,6 +49,15 @@ struct Options {
   std::string csv_file, label;
   std::string scaling = "auto";  // --scaling as given, for the file's columns
 };
+
+/// The most timed rounds (emu: batches) --min-time adds up to per size: a 10 us call then takes
+/// 1000 rounds, 10 ms, so that a size's timing cannot run away on a call faster than it measures.
+inline constexpr int kMaxTimedRounds = 1000;
+
+/// Whether another timed round (emu: batch) is due after `done` of them, of `at_least` asked for
+/// (-n; emu: its batches), whose calls took `timed_seconds` per variant in all: until `at_least`,
+/// then while they fall short of --min-time (at most kMaxTimedRounds).
+bool more_rounds(const Options& o, int done, int at_least, double timed_seconds);
 
 /// Throws `fc::InvalidArgument` with `what` and the usage text.
 [[noreturn]] void usage_error(const std::string& what);

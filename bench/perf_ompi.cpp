@@ -87,7 +87,15 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& v
   std::vector<std::vector<double>> times(variants.size());
   std::vector<std::size_t> order(variants.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  for (int round = 0; round < o.warmup + o.iters; ++round) {
+  double timed = 0;  // seconds of the timed calls, all variants
+  for (int round = 0;; ++round) {
+    const int done = round - o.warmup;  // timed rounds behind us
+    if (done >= 0) {
+      // --min-time: rank 0's clock decides for every rank, so that all call alike.
+      int more = more_rounds(o, done, o.iters, timed / static_cast<double>(variants.size()));
+      if (o.min_time > 0 && done >= o.iters) MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (!more) break;
+    }
     std::shuffle(order.begin(), order.end(), rng);
     for (const std::size_t i : order) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -95,7 +103,11 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& v
       variants[i]();
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t1 = Clock::now();
-      if (round >= o.warmup) times[i].push_back(std::chrono::duration<double>(t1 - t0).count());
+      if (done >= 0) {
+        const double s = std::chrono::duration<double>(t1 - t0).count();
+        times[i].push_back(s);
+        timed += s;
+      }
     }
   }
   std::vector<double> medians;

@@ -29,8 +29,9 @@ int finish_world(Printer& out, std::int64_t wrong, int me);
 
 /// Runs warm-up + timed rounds of `variants`, shuffled per round by `rng` (seeded alike on every
 /// rank, so every rank calls the collectives in the same order). Each call is MPI_Barrier, clock,
-/// call, MPI_Barrier, clock: the time until the slowest rank is done. Returns each variant's
-/// median seconds per call, as timed on this rank.
+/// call, MPI_Barrier, clock: the time until the slowest rank is done. -n rounds, then more while
+/// --min-time asks for them (rank 0's clock decides for all). Returns each variant's median
+/// seconds per call, as timed on this rank.
 std::vector<double> time_interleaved(const std::vector<std::function<void()>>& variants,
                                      const Options& o, std::mt19937& rng);
 
