@@ -11,6 +11,9 @@
 //                                 on EmbeddingProblem::dlrm's tables, memcpy on every core at once
 //                                 (the cost model's host calibration: the operators' shapes, the
 //                                 node's memory bandwidth)
+//   memcpy on every core at once over working sets of 16-192 MiB in all (memcpy/node/ws*): where
+//                                 the last-level cache ends and how fast it is (the host
+//                                 calibration's cache_mib and cache_gbps)
 //
 // Byte convention for both GB/s figures: bytes read + bytes written (rows gathered x D x 4 plus
 // the pooled output; twice the size for memcpy). 1 GB = 1e9 bytes.
@@ -65,11 +68,14 @@ struct Sizes {
   const char* min_time;
 };
 
-// Full: the table (256 MiB) and the memcpy buffers are 8x the 32 MiB L3 of the machine measured.
-// GEMV: W of 4,096 x 2,752 (one rank's K of the transformer() problem) is 45 MB; reduce: two
-// operands of 128 MiB. Both exceed the L3, as the operators' inputs do.
-constexpr Sizes kFullSizes{512,  512 * 1024,        128, 4096, 32, 8, int64_t{256} << 20, 4096,
-                           2752, int64_t{32} << 20, "7", "0.5"};
+// Full: the table (256 MiB) and the memcpy buffers are 8x the 32 MiB L3 of the AMD EPYC VM and
+// 2.5x the ~100 MiB the Intel Xeon VM's cores get (its memcpy/node/ws sweep; it reports 480 MiB).
+// GEMV: W of 16,384 x 5,504 (one rank's of GemvAllReduce at 2 ranks, N = 16384: the 256K cell of
+// docs/results/model-validation) is 361 MB: the operators stream their W from memory (90 MB-1.4
+// GB a rank), and a W that fits the cache ran 1.45x faster (45 MB: 17.5 GB/s against 12 beyond,
+// 2026-11-29, docs/simulation.md). Reduce: two operands of 128 MiB. Both exceed the cache.
+constexpr Sizes kFullSizes{512,  512 * 1024,        128, 4096, 32, 8, int64_t{256} << 20, 16384,
+                           5504, int64_t{32} << 20, "7", "0.5"};
 constexpr Sizes kQuickSizes{
     64, 4096, 128, 64, 32, 2, int64_t{4} << 20, 256, 256, int64_t{1} << 16, "2", "0.01"};
 
@@ -453,6 +459,50 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 
+  // --- memcpy on every core at once over a working set of `ws` bytes in all (each core copies
+  // ws / cores / 2 bytes between its own buffers, prefixes of the node memcpy's): where the rate
+  // falls from the cache's to the memory's is the cache the cores share (the host calibration's
+  // cache_mib, cache_gbps: docs/simulation.md, "A working set in the cache") ---
+  const std::vector<int64_t> sweep_mib =
+      quick ? std::vector<int64_t>{1, 4}
+            : std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128, 192};
+  std::vector<std::string> sweep_names;
+  for (const int64_t mib : sweep_mib) {
+    const int64_t per_core = (mib << 20) / node_threads / 2;  // bytes copied by each core
+    if (per_core > sz.copy_bytes) continue;
+    // Each core copies its buffers `reps` times an iteration (at least 128 MiB), so that
+    // starting the threads stays out of the rate (a sixth of a 4 MiB copy's time) and the
+    // buffers stay wherever they fit.
+    const int64_t reps = std::max<int64_t>(1, (int64_t{128} << 20) / per_core);
+    sweep_names.push_back("memcpy/node/ws" + std::to_string(mib) + "MiB");
+    benchmark::RegisterBenchmark(
+        sweep_names.back().c_str(),
+        [&, per_core, mib, reps](benchmark::State& state) {
+          for (auto _ : state) {
+            std::vector<std::thread> others;
+            for (int t = 1; t < node_threads; ++t)
+              others.emplace_back([&, t] {
+                for (int64_t r = 0; r < reps; ++r)
+                  std::memcpy(node_dst[t - 1].get(), node_src[t - 1].get(), per_core);
+              });
+            for (int64_t r = 0; r < reps; ++r) std::memcpy(dst.get(), src.get(), per_core);
+            for (auto& th : others) th.join();
+            benchmark::DoNotOptimize(dst.get());
+            benchmark::ClobberMemory();
+          }
+          const double all_gb =
+              2.0 * static_cast<double>(per_core * reps) * node_threads * 1e-9;
+          state.counters["GB/s"] =
+              benchmark::Counter(all_gb, benchmark::Counter::kIsIterationInvariantRate);
+          state.counters["per_core_GB/s"] = benchmark::Counter(
+              all_gb / node_threads, benchmark::Counter::kIsIterationInvariantRate);
+          state.counters["ws_MiB"] = static_cast<double>(mib);
+          state.counters["threads"] = node_threads;
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+
   // --- GEMV: y[4][n] = x[4][k] . W[n][k]^T, streaming W (bytes: W + x + y) ---
   constexpr int64_t kGemvM = 4;
   Buffer<float> gw = make_buffer<float>(sz.gemv_n * sz.gemv_k);
@@ -530,7 +580,11 @@ int main(int argc, char** argv) {
   print_value_row((copy_what + " on " + std::to_string(node_threads) + " threads at once, in all")
                       .c_str(),
                   node_copy, "GB/s");
-  print_value_row("gemm_tile 16 x 64, K = 1024 (GemmAllToAll's tile)", tile, "GFLOP/s");
+for (std::size_t i = 0; i < sweep_names.size(); ++i) {
+    print_value_row((sweep_names[i] + ", per core").c_str(),
+                    reporter.value(sweep_names[i], "per_core_GB/s"), "GB/s");
+  }
+    print_value_row("gemm_tile 16 x 64, K = 1024 (GemmAllToAll's tile)", tile, "GFLOP/s");
   print_value_row(
       ("gemv_rows M = 4, W " + std::to_string(sz.gemv_n) + " x " + std::to_string(sz.gemv_k))
           .c_str(),

@@ -259,6 +259,8 @@ constexpr Field kFields[] = {
     {"device", "gemm_cold_gbps", Type::number, 0, 1e6, false, "GB/s", true},
     {"device", "load_latency_us", Type::number, 0, 1e6, false, "us", true},
     {"device", "handover_us", Type::number, 0, 1e6, false, "us", true},
+    {"device", "cache_mib", Type::number, 0, 1e6, false, "MiB", true},
+    {"device", "cache_gbps", Type::number, 0, 1e6, false, "GB/s", true},
     {"links", "gpus_per_node", Type::integer, 1, 4096, false, ""},
     {"links", "peer_topology", Type::topology, 0, 0, false, ""},
     {"links", "peer_gbps", Type::number, 0, 1e6, true, "GB/s"},
@@ -306,6 +308,12 @@ void check_range(const std::string& where, const std::string& field, double v, c
   }
 }
 
+/// A cache needs its rate.
+void check_cache(const std::string& where, const Device& d) {
+  require(!(d.cache_mib > 0) || d.cache_gbps > 0, where, "device.cache_mib = ", d.cache_mib,
+          " needs device.cache_gbps, the cache's rate (GB/s, above 0)");
+}
+
 /// `links.nics_per_node` (0: one per device) against the node's devices.
 void check_nics(const std::string& where, const Links& l) {
   require(l.nics_per_node <= l.gpus_per_node, where, "links.nics_per_node = ", l.nics_per_node,
@@ -321,6 +329,8 @@ double* number_slot(Preset& p, const std::string& field) {
   if (field == "device.gemm_cold_gbps") return &p.device.gemm_cold_gbps;
   if (field == "device.load_latency_us") return &p.device.load_latency_us;
   if (field == "device.handover_us") return &p.device.handover_us;
+  if (field == "device.cache_mib") return &p.device.cache_mib;
+  if (field == "device.cache_gbps") return &p.device.cache_gbps;
   if (field == "links.put_us") return &p.links.put_us;
   if (field == "links.put_cu_share") return &p.links.put_cu_share;
   if (field == "links.peer_gbps") return &p.links.peer_gbps;
@@ -443,6 +453,7 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
     require(seen.count(field), where, "missing field '", field, "' (in [efficiency])");
   }
   check_nics(where, p.links);
+  check_cache(where, p.device);
   return p;
 }
 
@@ -461,6 +472,7 @@ void validate(const Preset& p) {
       check_range(where, field, *number_slot(copy, field), f);
   }
   check_nics(where, p.links);
+  check_cache(where, p.device);
   require(p.links.peer_topology == PeerTopology::mesh ||
               p.links.peer_topology == PeerTopology::switched ||
               p.links.peer_topology == PeerTopology::shared,
@@ -484,7 +496,9 @@ std::string to_text(const Preset& p) {
       << "gemm_pack_rows = " << p.device.gemm_pack_rows << "\n"
       << "gemm_cold_gbps = " << p.device.gemm_cold_gbps << "\n"
       << "load_latency_us = " << p.device.load_latency_us << "\n"
-      << "handover_us = " << p.device.handover_us << "\n\n[links]\n"
+      << "handover_us = " << p.device.handover_us << "\n"
+      << "cache_mib = " << p.device.cache_mib << "\n"
+      << "cache_gbps = " << p.device.cache_gbps << "\n\n[links]\n"
       << "gpus_per_node = " << p.links.gpus_per_node << "\n"
       << "peer_topology = " << to_string(p.links.peer_topology) << "\n"
       << "peer_gbps = " << p.links.peer_gbps << "\n"

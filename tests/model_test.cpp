@@ -390,6 +390,14 @@ TEST(Model, RejectsBadFilesNamingTheField) {
                                 0.2, "us");
   expect_optional_device_number(good, "launch_us", "handover_us", &m::Device::handover_us, 10.7,
                                 "us");
+  // cache_gbps and cache_mib likewise (0: no cache term); a cache needs its rate.
+  expect_optional_device_number(good, "launch_us", "cache_gbps", &m::Device::cache_gbps, 28.5,
+                                "GB/s");
+  const std::string rated = edit(good, "launch_us", "launch_us = 4\ncache_gbps = 28.5");
+  expect_optional_device_number(rated, "cache_gbps", "cache_mib", &m::Device::cache_mib, 96,
+                                "MiB");
+  EXPECT_THAT(parse_error(edit(good, "launch_us", "launch_us = 4\ncache_mib = 96")),
+              HasSubstr("device.cache_mib = 96 needs device.cache_gbps, the cache's rate"));
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
                         "64]"));

@@ -66,6 +66,13 @@ struct Device {
   /// between processes sharing a core (`model::handover_seconds`). Optional in a preset file;
   /// 0: no such term (a device of its own hardware).
   double handover_us = 0;
+  /// The cache the node's devices share, MiB (2^20 bytes), for a term of the model that prices a
+  /// working set that fits it at `cache_gbps` (docs/simulation.md). Optional in a preset file; 0:
+  /// no such term (every byte from memory, the GPU presets' roofline).
+  double cache_mib = 0;
+  /// One device's memcpy rate in that cache, GB/s read plus written; its compute units share it
+  /// as they share `memory_gbps`. Required where `cache_mib` is above 0.
+  double cache_gbps = 0;
 };
 
 /// How the devices of a node reach each other.
