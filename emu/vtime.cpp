@@ -270,8 +270,8 @@ void VirtualTime::compute(WgState& wg, const char* what, double seconds, double 
 void VirtualTime::issue(WgState& wg, int peer) {
   wg.vclaim_ready = -1;
   const int src = wg.kernel->device->rank;
-  const double seconds = preset.links.put_us * 1e-6;
-  if (peer == src || !(seconds > 0)) return;
+  const double seconds = model::issue_seconds(preset, src, peer);
+  if (!(seconds > 0)) return;
   wg.vclock = devices[src].cus[wg.vcu].book(wg.vclock, seconds) + seconds;
 }
 
@@ -289,9 +289,10 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                                                                             src / l.gpus_per_node)];
   double seconds = near ? model::peer_seconds(preset, std::int64_t(bytes))
                         : double(bytes) / (l.nic_gbps * 1e9);
-  if (near && dev.node_share > 0) {
+  if (near && dev.node_share > 0 && l.peer_topology != model::PeerTopology::shared) {
     // A put between devices sharing the node's memory is a copy through it (read + written), at
-    // the device's share of it.
+    // the device's share of it. A `shared` node's puts are that copy already, at the whole
+    // memory, and its one calendar takes them in turn: a share on top would count it twice.
     seconds = std::max(seconds, dev.node_share * model::node_memory_seconds(
                                                      preset, model::copy(std::int64_t(bytes))));
   }

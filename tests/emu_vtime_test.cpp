@@ -283,13 +283,14 @@ TEST(EmuVirtualTime, APutThroughSharedNodeMemoryIsACopy) {
 }
 
 /// One node of `size` devices, peers reached as `topology` (the switch port at 1 GB/s; the node's
-/// memory at 8 GB/s, so a `shared` node's put of 1000 bytes, 2000 read + written, holds it
-/// 0.25 us); workgroup w of rank r puts 1000 bytes to each of `puts[r][w]`, at the launch (5 us),
-/// in that order, signalling nothing. Every rank's clock.
+/// memory at `node_gbps`, by default 8 GB/s, so a `shared` node's put of 1000 bytes, 2000 read +
+/// written, holds it 0.25 us); workgroup w of rank r puts 1000 bytes to each of `puts[r][w]`, at
+/// the launch (5 us), in that order, signalling nothing. Every rank's clock.
 std::vector<double> node_puts(fc::model::PeerTopology topology,
-                              const std::vector<std::vector<std::vector<int>>>& puts) {
+                              const std::vector<std::vector<std::vector<int>>>& puts,
+                              double node_gbps = 8) {
   const int size = static_cast<int>(puts.size());
-  WorldOptions o = virtual_world(size, 1, 8);
+  WorldOptions o = virtual_world(size, 1, node_gbps);
   auto p = std::make_shared<fc::model::Preset>(*o.model);
   p->links.gpus_per_node = size;
   p->links.peer_topology = topology;
@@ -323,6 +324,19 @@ TEST(EmuVirtualTime, PutsInsideASharedNodeTakeItsOneMemoryInTurn) {
   expect_times(node_puts(T::shared, {{{1}}, {{2}}, {{3}}, {{0}}}),
                {7.25e-6, 7.5e-6, 7.75e-6, 8e-6});
   expect_times(node_puts(T::switched, {{{1}}, {{2}}, {{3}}, {{0}}}), {8e-6, 8e-6, 8e-6, 8e-6});
+}
+
+TEST(EmuVirtualTime, ASharedNodesPutsTakeItsWholeMemoryNotADevicesShare) {
+  using T = fc::model::PeerTopology;
+  // The node's memory at 2 GB/s, below its 4 devices' 4 x 1 GB/s: the devices' compute spans get
+  // a quarter each, but the puts of a `shared` node already take the one memory in turn on its
+  // calendar, so a put of 1000 bytes (2000 read + written) holds it 1 us, not the 4 us of a
+  // device's quarter. Rank 0 alone puts to ranks 1, 2, 3: 5-6, 6-7, 7-8 us, the last landing at
+  // 10 us (a quarter each: 5-9, 9-13, 13-17, landing at 19).
+  expect_times(node_puts(T::shared, {{{1, 2, 3}}, {}, {}, {}}, 2), {10e-6, 5e-6, 5e-6, 5e-6});
+  // A mesh's links are the devices' own, whose copies do take a quarter of the memory each: 4 us
+  // a put, side by side on rank 0's three links, landing at 11 us.
+  expect_times(node_puts(T::mesh, {{{1, 2, 3}}, {}, {}, {}}, 2), {11e-6, 5e-6, 5e-6, 5e-6});
 }
 
 TEST(EmuVirtualTime, AtOneInstantTheDevicesWorkgroupsTakeTurns) {
