@@ -218,6 +218,10 @@ double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
   return p.links.nic_us * 1e-6 + d(bytes) / (p.links.nic_gbps * 1e9);
 }
 
+double issue_seconds(const Preset& p, int src, int dst) {
+  return src == dst ? 0.0 : p.links.put_us * 1e-6;
+}
+
 double nic_cpu_seconds(const Preset& p, int src, int dst, std::int64_t bytes) {
   if (src == dst || p.links.same_node(src, dst) || !(p.links.nic_cpu_gbps > 0)) return 0;
   return d(bytes) / (p.links.nic_cpu_gbps * 1e9);

@@ -212,7 +212,12 @@ Program embedding_steps(const detail::embedding::Plan& pl, const EmbeddingCost& 
     const std::int64_t b0 = pl.start[static_cast<std::size_t>(t.q)];
     const std::int64_t width = cost.width[static_cast<std::size_t>(
         pl.ids[static_cast<std::size_t>(me)][static_cast<std::size_t>(t.k)])];
-    return std::tuple{cost.pool(t.k, b0 + t.i0, b0 + t.i1), t.q, (t.i1 - t.i0) * width * 4};
+    Cost tile = cost.pool(t.k, b0 + t.i0, b0 + t.i1);
+    // Under scale_up the workgroup issues a store per row and a signal, each on its unit
+    // (model::issue_seconds, as the emulator's WgContext::store and signal book them).
+    if (mode == Mode::scale_up)
+      tile.seconds += double(t.i1 - t.i0 + 1) * model::issue_seconds(c.preset, me, t.q);
+    return std::tuple{tile, t.q, (t.i1 - t.i0) * width * 4};
   });
   x.seconds = k.seconds();
   if (mode == Mode::scale_out) {

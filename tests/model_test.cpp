@@ -202,6 +202,14 @@ TEST(Model, HandOverByHand) {
   EXPECT_DOUBLE_EQ(m::handover_seconds(p), 10.7e-6);
 }
 
+TEST(Model, IssueByHand) {
+  m::Preset p = toy();
+  p.links.put_us = 0.25;
+  EXPECT_DOUBLE_EQ(m::issue_seconds(p, 0, 1), 0.25e-6);
+  EXPECT_DOUBLE_EQ(m::issue_seconds(p, 0, p.links.gpus_per_node), 0.25e-6);  // another node too
+  EXPECT_EQ(m::issue_seconds(p, 1, 1), 0);  // to itself: nothing is handed to a transport
+}
+
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   m::Preset p = toy();
   EXPECT_TRUE(m::shares_node_memory(p));

@@ -171,6 +171,31 @@ TEST(Sim, ALatencyBoundTileHoldsItsWorkgroupNotItsComputeUnit) {
   EXPECT_NEAR(kernel(320), 5e-6 + 2082e-6, 1e-12);
 }
 
+TEST(Sim, ScaleUpsStoresAndSignalTakeTheirIssueOnTheUnit) {
+  // Rank 0 of 2 on one node (one compute unit), one table of D = 1, 16 samples a rank: the fused
+  // kernel's two tiles, rank 1's first (remote first), each pooled in 10 us (given, not priced).
+  // With put_us = 0.5, scale_up's tile for rank 1 also issues 16 row stores and a signal: 10 +
+  // 17 x 0.5 = 18.5 us, then rank 0's own tile 10 us (no issue to itself): the kernel ends at
+  // 5 + 28.5 us, as the emulator's WgContext::store and signal book it. Without put_us, 25 us;
+  // scale_out issues no rows (its one put per slice is not on the tile).
+  sim::Cluster c = toy_node(2);
+  fc::EmbeddingAllToAllArgs a;
+  a.dim = 1;
+  a.owner = {0};
+  a.batch_sizes = {16, 16};
+  const fc::detail::embedding::Plan pl(a, 0, 2);
+  sim::EmbeddingCost cost;
+  cost.width = {1};
+  cost.pool = [](int, std::int64_t, std::int64_t) { return sim::Cost(10e-6); };
+  auto kernel = [&](fc::Mode mode) {
+    return sim::embedding_steps(pl, cost, c, mode, "k", "x").front().seconds;
+  };
+  EXPECT_NEAR(kernel(fc::Mode::scale_up), 5e-6 + 20e-6, 1e-12);
+  c.preset.links.put_us = 0.5;
+  EXPECT_NEAR(kernel(fc::Mode::scale_up), 5e-6 + 28.5e-6, 1e-12);
+  EXPECT_NEAR(kernel(fc::Mode::scale_out), 5e-6 + 20e-6, 1e-12);
+}
+
 TEST(Sim, DevicesSharingTheirNodesMemoryGetEqualShares) {
   // Two devices of 1 GB/s on a node of 1 GB/s (cores of one machine, host's case): GemvAllReduce
   // of 64 columns, K = 1024 a rank, is two 32-column tiles (135,296 bytes, 135.296 us of the

@@ -269,6 +269,10 @@ double peer_seconds(const Preset& p, std::int64_t bytes);
 /// Seconds from `src` putting `bytes` to their arrival at `dst`, on an idle link: latency plus
 /// bytes over the link's bandwidth (`peer_seconds` inside a node). 0 for `src == dst`.
 double transfer_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
+/// Seconds the issuing compute unit spends on one put, store or signal from `src` to `dst`
+/// (`Links::put_us`: the software that hands a message to the transport); 0 for `src == dst`. The
+/// emulator books it before every such call, the simulator on the tiles that make them.
+double issue_seconds(const Preset& p, int src, int dst);
 /// Seconds a put of `bytes` from `src` to `dst` keeps a compute unit of each of them busy in the
 /// host's network stack (`Links::nic_cpu_gbps`): 0 inside a node or where the preset has none.
 double nic_cpu_seconds(const Preset& p, int src, int dst, std::int64_t bytes);
