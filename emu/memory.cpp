@@ -187,6 +187,8 @@ SymBuffer Rank::alloc(std::size_t bytes, const std::string& tag) {
 std::byte* Rank::local(SymBuffer b) { return world_.buffer(b, rank_); }
 
 SymBuffer Rank::scratch(const std::string& tag, std::size_t bytes) {
+  std::size_t& asked = op_scratch_[tag];
+  asked = std::max(asked, bytes);
   auto it = scratch_.find(tag);
   if (it != scratch_.end() && it->second.bytes >= bytes) return it->second;
   // Grow geometrically so that a slowly growing shape does not allocate on every call.
@@ -210,7 +212,17 @@ int Rank::slots(const std::string& key, int n) {
   return next - n;
 }
 
-void Rank::begin_op() { ++op_epoch_; }
+void Rank::begin_op() {
+  ++op_epoch_;
+  working_set_declared_ = false;
+  working_set_user_ = 0;
+  op_scratch_.clear();
+}
+
+void Rank::declare_working_set(std::size_t user_bytes) {
+  working_set_declared_ = true;
+  working_set_user_ = user_bytes;
+}
 
 std::uint64_t Rank::expect(int slot, std::uint64_t count) {
   expected_[slot] += count;

@@ -77,12 +77,22 @@ class Rank {
   /// earlier calls are stale from here on.
   void begin_op();
 
+  /// Declares this op call's working set on this rank for the cost model's cache term (virtual
+  /// time, `model::in_cache`): the op's own buffers, `user_bytes`, plus every scratch buffer it
+  /// reserves (`scratch`) in this call; its kernels launched from here on carry the sum. A call
+  /// that declares none (the fused operators, whose weights and tables the term leaves to
+  /// their efficiencies) has none: every byte from memory.
+  void declare_working_set(std::size_t user_bytes);
+
  private:
   World::State& world_;
   int rank_;
   std::vector<std::uint64_t> expected_;
   std::uint64_t op_epoch_ = 0;
   std::map<std::string, SymBuffer> scratch_;
+  bool working_set_declared_ = false;
+  std::size_t working_set_user_ = 0;
+  std::map<std::string, std::size_t> op_scratch_;  // this call's scratch: tag -> bytes asked
 };
 
 /// The host side of users' kernels on rank `rk` (emu/kernels.cpp; fusedcoll/kernel_launch.hpp).

@@ -292,7 +292,9 @@ void end_span(impl::WgState& wg, const char* what, const model::Work* work, std:
     double latency = 0;
     for (std::size_t i = 0; i < n; ++i) latency += model::latency_seconds(vt->preset, work[i]);
     const int share = vt->devices[wg.kernel->device->rank].node_share;
-    vt->compute(wg, what, model::span_seconds(vt->preset, {work, n}, share), latency);
+    vt->compute(wg, what,
+                model::span_seconds(vt->preset, {work, n}, share, wg.kernel->working_set),
+                latency);
   } else if (world.tracing) {
     wg.kernel->trace_end(&wg, what, start);
   }
@@ -333,6 +335,11 @@ void Rank::launch(const std::string& name, int num_wgs, const KernelBody& body) 
   k.launch_index = dev.launches++;
   k.op_epoch = op_epoch_;
   k.phase = w.rendezvous_seq[rank_];
+  if (working_set_declared_) {
+    std::size_t bytes = working_set_user_;
+    for (const auto& [tag, asked] : op_scratch_) bytes += asked;
+    k.working_set = static_cast<double>(bytes);
+  }
   for (int i = 0; i < num_wgs; ++i) {
     auto s = std::make_unique<impl::WgState>();
     s->kernel = &k;

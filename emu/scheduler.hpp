@@ -81,6 +81,9 @@ struct Kernel {
   std::exception_ptr error;
   double vt_start = 0;  // virtual time: first workgroup's start, last one's end (VirtualTime::mu)
   double vt_end = 0;
+  /// The bytes the op call that launched it works over on this device (`Rank::
+  /// declare_working_set`; 0: undeclared), for the cost model's cache term.
+  double working_set = 0;
 
   /// Called once per workgroup when it ends (normally, by exception, or never started).
   void finish(WgState* wg, std::exception_ptr wg_error);

@@ -289,10 +289,13 @@ double VirtualTime::transfer(WgState& wg, int peer, std::size_t bytes, const cha
                                                                             src / l.gpus_per_node)];
   double seconds = near ? model::peer_seconds(preset, std::int64_t(bytes))
                         : double(bytes) / (l.nic_gbps * 1e9);
-  if (near && dev.node_share > 0 && l.peer_topology != model::PeerTopology::shared) {
+  if (near && dev.node_share > 0 && l.peer_topology != model::PeerTopology::shared &&
+      !model::in_cache(preset, wg.kernel->working_set, dev.node_share)) {
     // A put between devices sharing the node's memory is a copy through it (read + written), at
     // the device's share of it. A `shared` node's puts are that copy already, at the whole
     // memory, and its one calendar takes them in turn: a share on top would count it twice.
+    // Where the kernel's working set stays in the cache, it is a copy through the cache, which
+    // the link's own rate prices.
     seconds = std::max(seconds, dev.node_share * model::node_memory_seconds(
                                                      preset, model::copy(std::int64_t(bytes))));
   }

@@ -191,8 +191,25 @@ double node_memory_seconds(const Preset& p, const Work& w) {
   return w.bytes / (p.device.node_memory_gbps * 1e9 * p.efficiency_of(w.kernel));
 }
 
-double span_seconds(const Preset& p, std::span<const Work> works, int node_share) {
+bool in_cache(const Preset& p, double working_set, int node_share) {
+  return p.device.cache_mib > 0 && working_set > 0 &&
+         working_set * std::max(1, node_share) <= p.device.cache_mib * double(1 << 20);
+}
+
+double cache_seconds(const Preset& p, const Work& w) {
+  if (w.kernel == Kernel::gemm && p.device.gemm_pack_rows > 0) return seconds(p, w);
+  const double rate = p.device.cu_gflops * 1e9;
+  const double bandwidth = p.device.cache_gbps * 1e9 / p.device.compute_units;
+  return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
+}
+
+double span_seconds(const Preset& p, std::span<const Work> works, int node_share,
+                    double working_set) {
   double unit = 0, node = 0;
+  if (in_cache(p, working_set, node_share)) {
+    for (const Work& w : works) unit += cache_seconds(p, w);
+    return unit;
+  }
   for (const Work& w : works) {
     unit += seconds(p, w);
     node += node_memory_seconds(p, w);

@@ -368,6 +368,59 @@ TEST(EmuVirtualTime, APutTheIssuingComputeUnitCopiesHoldsIt) {
   EXPECT_DOUBLE_EQ(put_then_copy(0.5), 8.5e-6);
 }
 
+/// Two devices sharing the node's memory (1 GB/s: 0.5 each) and a cache of `cache_mib` at 4 GB/s.
+/// In one op call (`begin_op`) each rank declares `declared` bytes as its working set (none where
+/// negative) and reserves a scratch of `scratch` bytes; rank 0 copies 500 bytes, then puts 1000
+/// bytes with a signal to rank 1, which waits for it. Both ranks' clocks.
+std::vector<double> copy_and_put(double cache_mib, long declared, std::size_t scratch) {
+  WorldOptions o = virtual_world(2, 1, 1);
+  auto p = std::make_shared<fc::model::Preset>(*o.model);
+  p->device.cache_mib = cache_mib;
+  p->device.cache_gbps = 4;
+  o.model = p;
+  World world(o);
+  world.run([&](fc::Communicator& comm) {
+    auto& rk = rank_of(world, comm);
+    const fc::emu::SymBuffer box = rk.alloc(1000, "box");
+    const int slot = rk.slots("arrived", 1);
+    rk.begin_op();
+    if (declared >= 0) rk.declare_working_set(std::size_t(declared));
+    if (scratch > 0) rk.scratch("working set", scratch);
+    const std::vector<char> data(1000, 'x');
+    std::vector<char> a(500, 'a'), b(500);
+    if (comm.rank() == 0) {
+      rk.launch("copy and put", 1, [&](WgContext& wg) -> WgTask {
+        wg.compute("copy", {fc::model::copy(500)}, [&] { std::memcpy(b.data(), a.data(), 500); });
+        wg.put_signal(1, box, 0, data.data(), data.size(), slot, SignalOp::add, 1);
+        co_return;
+      });
+      EXPECT_EQ(a, b);
+    } else {
+      const std::uint64_t target = rk.expect(slot, 1);
+      rk.launch("wait", 1, [&](WgContext& wg) -> WgTask {
+        co_await wg.wait_until(slot, Cmp::ge, target);
+      });
+    }
+  });
+  return clocks_of(world);
+}
+
+TEST(EmuVirtualTime, AWorkingSetInTheCacheMovesAtItsRate) {
+  // From memory: the copy's 1000 bytes at the device's half of the node's memory, 5-7 us; the
+  // put's copy through it (2000 bytes at 0.5 GB/s) holds the link 7-11 us, lands at 13.
+  const std::vector<double> memory{13e-6, 13e-6};
+  // In the cache (4 GB/s): the copy 5-5.25 us; the put at the link's 1 GB/s, 5.25-6.25, lands
+  // at 8.25.
+  const std::vector<double> cache{8.25e-6, 8.25e-6};
+  expect_times(copy_and_put(1, 1000, 0), cache);
+  // 256 KiB declared and 256 KiB of scratch a rank: the two ranks' 1 MiB fit the 1 MiB cache;
+  // a byte more does not.
+  expect_times(copy_and_put(1, 256 << 10, 256 << 10), cache);
+  expect_times(copy_and_put(1, (256 << 10) + 1, 256 << 10), memory);
+  expect_times(copy_and_put(1, -1, 256 << 10), memory);  // undeclared: from memory
+  expect_times(copy_and_put(0, 1000, 0), memory);        // no cache in the preset
+}
+
 /// Every rank copies 500 bytes (1 us on its compute unit) in one kernel; each rank's clock.
 std::vector<double> copies_on_every_rank(const WorldOptions& o) {
   World world(o);

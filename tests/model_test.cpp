@@ -210,6 +210,38 @@ TEST(Model, IssueByHand) {
   EXPECT_EQ(m::issue_seconds(p, 1, 1), 0);  // to itself: nothing is handed to a transport
 }
 
+TEST(Model, AWorkingSetInTheCacheByHand) {
+  m::Preset p = toy();
+  p.efficiency[static_cast<int>(m::Kernel::reduce)] = 2;
+  p.efficiency[static_cast<int>(m::Kernel::encode_f16)] = 0.5;
+  const double mib = 1 << 20;
+  EXPECT_FALSE(m::in_cache(p, 1000, 2));  // no cache: no such term
+  p.device.cache_mib = 1;
+  p.device.cache_gbps = 8;  // 4 GB/s per compute unit
+  // The node's 2 devices' working sets together against the 1 MiB cache; 0 devices sharing (a
+  // device's own memory) counts the device alone; an undeclared working set (0) is never in it.
+  EXPECT_TRUE(m::in_cache(p, mib / 2, 2));
+  EXPECT_FALSE(m::in_cache(p, mib / 2 + 1, 2));
+  EXPECT_TRUE(m::in_cache(p, mib, 0));
+  EXPECT_TRUE(m::in_cache(p, mib, 1));
+  EXPECT_FALSE(m::in_cache(p, mib, 2));
+  EXPECT_FALSE(m::in_cache(p, 0, 2));
+  // In the cache, bytes at 4 GB/s times the kernel's efficiency, flops as ever: a copy of 1000
+  // bytes 2000 / 4e9 = 0.5 us; a reduce of 1000 floats 12000 bytes / (4e9 * 2) = 1.5 us (its
+  // 1000 flops / (1e9 * 2) = 0.5 us); an f16 encode of 1000 floats 6000 bytes / (4e9 * 0.5) =
+  // 3 us, but its 2000 operations / (1e9 * 0.5) = 4 us.
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::copy(1000)), 0.5e-6);
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::reduce(1000)), 1.5e-6);
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::encode(fc::WireFormat::f16, 1000)), 4e-6);
+  // A span of the copy and the reduce: 2 us in the cache, nothing of the node's memory. From
+  // memory, 1 us + 3 us on the compute unit (2 GB/s), against the node's 6 GB/s shared by 2:
+  // (2000 / 6e9 + 12000 / (6e9 * 2)) * 2 = 2.67 us; the longer, 4 us. So too where the working
+  // set is undeclared or, with the other device's, too large.
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, mib / 2), 2e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, 0), 4e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, mib), 4e-6);
+}
+
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
   m::Preset p = toy();
   EXPECT_TRUE(m::shares_node_memory(p));

@@ -66,9 +66,10 @@ struct Device {
   /// between processes sharing a core (`model::handover_seconds`). Optional in a preset file;
   /// 0: no such term (a device of its own hardware).
   double handover_us = 0;
-  /// The cache the node's devices share, MiB (2^20 bytes), for a term of the model that prices a
-  /// working set that fits it at `cache_gbps` (docs/simulation.md). Optional in a preset file; 0:
-  /// no such term (every byte from memory, the GPU presets' roofline).
+  /// The cache the node's devices share, MiB (2^20 bytes): a call whose device works over a
+  /// working set that, times the devices sharing the node, fits it moves its bytes at
+  /// `cache_gbps` and draws nothing from the node's memory (`model::in_cache`). Optional in a
+  /// preset file; 0: no such term (every byte from memory, the GPU presets' roofline).
   double cache_mib = 0;
   /// One device's memcpy rate in that cache, GB/s read plus written; its compute units share it
   /// as they share `memory_gbps`. Required where `cache_mib` is above 0.
@@ -250,14 +251,29 @@ bool shares_node_memory(const Preset& p);
 /// the node's: above 1 it draws fewer bytes than it counts (cache hits, no read of the lines it
 /// overwrites), below 1 its access pattern gets less out of the memory.
 double node_memory_seconds(const Preset& p, const Work& w);
+/// Whether a kernel whose device works over `working_set` bytes (its buffers on that device,
+/// reused call after call) finds them in the cache: the preset has one (`Device::cache_mib`),
+/// the working set is declared (above 0), and the working sets of the `node_share` devices
+/// sharing the node (at least this one; 0 counts as 1: a device of its own) fit it together.
+bool in_cache(const Preset& p, double working_set, int node_share);
+/// Seconds `w` takes on one compute unit with its bytes in the cache: its roofline with the
+/// unit's share of `cache_gbps` in place of `memory_gbps`, over the kernel's efficiency (measured
+/// against memcpy from memory, and kept: docs/simulation.md, "A working set in the cache"). A
+/// packed `gemm` tile (`Device::gemm_pack_rows`) keeps `seconds`.
+double cache_seconds(const Preset& p, const Work& w);
 /// Seconds a compute span doing `works` holds its compute unit: the sum of their `seconds`, or,
 /// where `node_share` devices of the run share the node's memory (0: none do, or the preset's
 /// devices have memory of their own), their bytes at one device's equal share of it when that
 /// is longer (`node_memory_seconds` times `node_share`). The emulator's compute spans and the
-/// simulator's tiles both (docs/simulation.md, "Shared node memory").
-double span_seconds(const Preset& p, std::span<const Work> works, int node_share);
-inline double span_seconds(const Preset& p, std::initializer_list<Work> works, int node_share) {
-  return span_seconds(p, std::span<const Work>(works.begin(), works.size()), node_share);
+/// simulator's tiles both (docs/simulation.md, "Shared node memory"). Where the span's kernel
+/// works over `working_set` bytes that are `in_cache`, the sum of their `cache_seconds` instead,
+/// and nothing of the node's memory (docs/simulation.md, "A working set in the cache").
+double span_seconds(const Preset& p, std::span<const Work> works, int node_share,
+                    double working_set = 0);
+inline double span_seconds(const Preset& p, std::initializer_list<Work> works, int node_share,
+                           double working_set = 0) {
+  return span_seconds(p, std::span<const Work>(works.begin(), works.size()), node_share,
+                      working_set);
 }
 /// `w` as one kernel spread over the whole device (every compute unit, all its bandwidth), for
 /// work the model prices as a pass of its own (the compressed wire's amax): launch plus
