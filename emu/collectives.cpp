@@ -249,8 +249,8 @@ void exchange(Rank& rk, const std::string& key, const ExchangePlan& ex, DType dt
 
 /// Declares the call's working set (`Rank::declare_working_set`): its send and receive buffers,
 /// counted once where it runs in place (the same address), of `send` and `recv` elements.
-void declare_buffers(Rank& rk, DType dtype, const void* send, std::int64_t send_count, const void* recv,
-             std::int64_t recv_count) {
+void declare_buffers(Rank& rk, DType dtype, const void* send, std::int64_t send_count,
+                     const void* recv, std::int64_t recv_count) {
   const std::size_t s = bytes_of(send_count, dtype_size(dtype));
   const std::size_t r = bytes_of(recv_count, dtype_size(dtype));
   rk.declare_working_set(send == recv ? std::max(s, r) : s + r);
@@ -292,7 +292,7 @@ void all_reduce(Rank& rk, const AllReduceArgs& args) {
 void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
   (void)enter(rk, "reduce_scatter", args);
   declare_buffers(rk, args.dtype, args.send, total_of(args.recv_counts), args.recv,
-          args.recv_counts[static_cast<std::size_t>(rk.rank())]);
+                  args.recv_counts[static_cast<std::size_t>(rk.rank())]);
   if (args.wire.format != WireFormat::none) {
     reduce_scatter_wire(rk, args);
     return;
@@ -309,7 +309,8 @@ void reduce_scatter(Rank& rk, const ReduceScatterArgs& args) {
 
 void all_to_allv(Rank& rk, const AllToAllvArgs& args) {
   const auto all = enter(rk, "all_to_allv", args);
-  declare_buffers(rk, args.dtype, args.send, total_of(args.send_counts), args.recv, total_of(args.recv_counts));
+  declare_buffers(rk, args.dtype, args.send, total_of(args.send_counts), args.recv,
+                  total_of(args.recv_counts));
   const ExchangePlan ex = all_to_allv_plan(rk, args, all);
   if (args.wire.format != WireFormat::none) {
     all_to_allv_wire(rk, args, ex);
@@ -321,8 +322,9 @@ void all_to_allv(Rank& rk, const AllToAllvArgs& args) {
 
 void all_gather(Rank& rk, const AllGatherArgs& args) {
   (void)enter(rk, "all_gather", args);
-  declare_buffers(rk, args.dtype, args.send, args.recv_counts[static_cast<std::size_t>(rk.rank())],
-          args.recv, total_of(args.recv_counts));
+  declare_buffers(rk, args.dtype, args.send,
+                  args.recv_counts[static_cast<std::size_t>(rk.rank())], args.recv,
+                  total_of(args.recv_counts));
   if (args.wire.format != WireFormat::none) {
     all_gather_wire(rk, args);
     return;
@@ -334,7 +336,7 @@ void all_gather(Rank& rk, const AllGatherArgs& args) {
 void broadcast(Rank& rk, const BroadcastArgs& args) {
   (void)enter(rk, "broadcast", args);
   declare_buffers(rk, args.dtype, args.send, rk.rank() == args.root ? args.count : 0, args.recv,
-          args.count);
+                  args.count);
   leave_args(rk, "broadcast");
   const int P = rk.size(), me = rk.rank(), root = args.root;
   const std::size_t elem = dtype_size(args.dtype);
