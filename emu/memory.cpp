@@ -187,8 +187,12 @@ SymBuffer Rank::alloc(std::size_t bytes, const std::string& tag) {
 std::byte* Rank::local(SymBuffer b) { return world_.buffer(b, rank_); }
 
 SymBuffer Rank::scratch(const std::string& tag, std::size_t bytes) {
-  std::size_t& asked = op_scratch_[tag];
-  asked = std::max(asked, bytes);
+  // Only the cost model's cache term reads what a call asked for: a map insertion per scratch
+  // request would otherwise cost every collective on the host clock for nothing.
+  if (working_set_declared_ && world_.vt) {
+    std::size_t& asked = op_scratch_[tag];
+    asked = std::max(asked, bytes);
+  }
   auto it = scratch_.find(tag);
   if (it != scratch_.end() && it->second.bytes >= bytes) return it->second;
   // Grow geometrically so that a slowly growing shape does not allocate on every call.

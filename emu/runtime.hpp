@@ -79,9 +79,9 @@ class Rank {
 
   /// Declares this op call's working set on this rank for the cost model's cache term (virtual
   /// time, `model::in_cache`): the op's own buffers, `user_bytes`, plus every scratch buffer it
-  /// reserves (`scratch`) in this call; its kernels launched from here on carry the sum. A call
-  /// that declares none (the fused operators, whose weights and tables the term leaves to
-  /// their efficiencies) has none: every byte from memory.
+  /// reserves (`scratch`) in this call after declaring; its kernels launched from here on carry
+  /// the sum. A call that declares none (the fused operators, whose weights and tables the term
+  /// leaves to their efficiencies) has none: every byte from memory.
   void declare_working_set(std::size_t user_bytes);
 
  private:
