@@ -58,37 +58,50 @@ TABLE = [
     # Across hosts: TCP between them, shared memory within one, slots filled in order, and
     # the caller's FUSEDCOLL_* variables passed on to the other hosts' ranks.
     ("-np 4 -H a:2,b:2 ./app", True, 2, {},
-     "-n 4 --allow-run-as-root --host a:2,b:2 --map-by slot --mca btl self,vader,tcp ./app"),
+     "-n 4 --allow-run-as-root --host a:2,b:2 --map-by slot --mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma ./app"),
     ("-H a:2,b:2 ./app", False, 2, {"FUSEDCOLL_TIMEOUT": "5", "FUSEDCOLL_MPI_HOSTS": "0,1"},
-     "-n 4 --host a:2,b:2 --map-by slot --mca btl self,vader,tcp -x FUSEDCOLL_MPI_HOSTS "
-     "-x FUSEDCOLL_TIMEOUT ./app"),
+     "-n 4 --host a:2,b:2 --map-by slot --mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma -x FUSEDCOLL_MPI_HOSTS -x FUSEDCOLL_TIMEOUT ./app"),
     ("-H a,b,c ./app", False, 2, {}, "-n 3 --host a:1,b:1,c:1 --map-by slot "
-     "--mca btl self,vader,tcp ./app"),
+     "--mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma ./app"),
     ("-np 2 -H a:2,b:2 --map-by node ./app", False, 2, {},
-     "-n 2 --host a:2,b:2 --map-by node --mca btl self,vader,tcp ./app"),
+     "-n 2 --host a:2,b:2 --map-by node --mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma ./app"),
     ("-np 4 -H here:2,b:2 --network-interface 10.0.0.0/24 --timeout 60 ./app", False, 2, {},
      "-n 4 --host here:2,b:2 --map-by slot --mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma "
      "--mca btl_tcp_if_include 10.0.0.0/24 --mca oob_tcp_if_include 10.0.0.0/24 "
      "-x FUSEDCOLL_TIMEOUT=60 ./app"),
     # This machine's 4 ranks on its 2 cores yield even though its slots allow them.
     ("-H here:4,b:4 ./app", False, 2, {}, "-n 8 --host here:4,b:4 --map-by slot "
-     "--mca btl self,vader,tcp --mca mpi_yield_when_idle 1 ./app"),
+     "--mca btl self,vader,tcp --mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma "
+     "--mca mpi_yield_when_idle 1 ./app"),
     ("-np 6 -H a:2,b:2 --oversubscribe ./app", False, 8, {},
      "-n 6 --host a:2,b:2 --map-by slot --oversubscribe --mca btl self,vader,tcp "
-     "--mca mpi_yield_when_idle 1 ./app"),
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma --mca mpi_yield_when_idle 1 ./app"),
     # rma across hosts: UCX, which Debian's configuration file turns off unless asked.
     ("-H a:1,b:1 --transport rma ./app", False, 2, {},
      "-n 2 --host a:1,b:1 --map-by slot --mca pml ucx --mca osc ucx "
      "-x FUSEDCOLL_MPI_TRANSPORT=rma ./app"),
     ("-H a:1,b:1 --transport auto ./app", False, 2, {},
      "-n 2 --host a:1,b:1 --map-by slot --mca btl self,vader,tcp "
-     "-x FUSEDCOLL_MPI_TRANSPORT=auto ./app"),
+     "--mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma -x FUSEDCOLL_MPI_TRANSPORT=auto ./app"),
     # The user's --mca replaces fusedcoll-run's own for the same key (Open MPI refuses a key
     # given twice); -x NAME=VALUE overrides --timeout's.
     ("-H a:1,b:1 --mca btl self,tcp --mca plm_rsh_agent rsh -x FUSEDCOLL_TIMEOUT=9 --timeout 3 "
      "-x OMP_NUM_THREADS ./app", False, 2, {},
-     "-n 2 --host a:1,b:1 --map-by slot --mca btl self,tcp --mca plm_rsh_agent rsh "
+     "-n 2 --host a:1,b:1 --map-by slot --mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma --mca btl self,tcp "
+     "--mca plm_rsh_agent rsh "
      "-x FUSEDCOLL_TIMEOUT=9 -x OMP_NUM_THREADS ./app"),
+    # btl tcp's put back on: by --mca (the user's wins) or by the caller's environment, which
+    # mpiexec passes on to every host and a --mca of fusedcoll-run's would override.
+    ("-H a:1,b:1 --mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma ./app",
+     False, 2, {}, "-n 2 --host a:1,b:1 --map-by slot --mca btl self,vader,tcp "
+     "--mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma ./app"),
+    ("-H a:1,b:1 ./app", False, 2, {"OMPI_MCA_btl_tcp_flags": "send,put"},
+     "-n 2 --host a:1,b:1 --map-by slot --mca btl self,vader,tcp ./app"),
     ("-np 2 --mca mpi_yield_when_idle 0 ./app", False, 1, {},
      "-n 2 --oversubscribe --mca mpi_yield_when_idle 0 ./app"),
 ]
