@@ -1,7 +1,18 @@
 """What the measuring scripts (results, validate-model, calibrate-host-preset) read about the
 machine and about preset files, in one place, so that their CSVs name a machine the same way."""
 
+import os
 import platform
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def repo_relative(path):
+    """`path` (absolute, or relative to the working directory) relative to the repository where
+    it lies inside it, else absolute: what a committed CSV or calibration records must not name
+    one machine's directories."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else full
 
 
 def cpu_model():
