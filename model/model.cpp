@@ -200,6 +200,11 @@ double cache_seconds(const Preset& p, const Work& w) {
   if (w.kernel == Kernel::gemm && p.device.gemm_pack_rows > 0) return seconds(p, w);
   const double rate = p.device.cu_gflops * 1e9;
   const double bandwidth = p.device.cache_gbps * 1e9 / p.device.compute_units;
+  // With no memory to wait for, a codec is bound by its instructions: the fused wire_reduce
+  // counts only the bytes that reach memory, and an efficiency against bytes would price its
+  // decode, fold and encode at nothing (docs/simulation.md, "A working set in the cache").
+  if (const double ops = p.in_cache_of(w.kernel); ops > 0)
+    return std::max(w.flops / (rate * ops), w.bytes / bandwidth);
   return std::max(w.flops / rate, w.bytes / bandwidth) / p.efficiency_of(w.kernel);
 }
 
@@ -295,6 +300,8 @@ constexpr Field kFields[] = {
 };
 constexpr int kPlainFields = sizeof(kFields) / sizeof(kFields[0]);
 constexpr Field kEfficiency{"efficiency", "", Type::number, 0, 4, true, ""};
+// The suffix of an `[efficiency]` key that gives a kernel's `Preset::in_cache`.
+constexpr const char* kInCache = "_in_cache";
 
 std::string full_name(const std::string& section, const std::string& key) {
   return section.empty() ? key : section + "." + key;
@@ -376,7 +383,7 @@ std::string known_fields(const std::string& section) {
   if (section == "efficiency") {
     for (int k = 0; k < kKernels; ++k)
       out += std::string(k ? ", " : "") + to_string(static_cast<Kernel>(k));
-    return out;
+    return out + " (each optionally also as <kernel>" + kInCache + ")";
   }
   for (const Field& f : kFields)
     if (f.section == section) out += std::string(out.empty() ? "" : ", ") + f.key;
@@ -416,11 +423,13 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
     const Field* spec = nullptr;
     for (const Field& f : kFields)
       if (section == f.section && key == f.key) spec = &f;
-    int kernel = -1;
+    int kernel = -1, cached = -1;
     if (section == "efficiency")
-      for (int k = 0; k < kKernels; ++k)
+      for (int k = 0; k < kKernels; ++k) {
         if (key == to_string(static_cast<Kernel>(k))) kernel = k;
-    if (spec == nullptr && kernel < 0) {
+        if (key == std::string(to_string(static_cast<Kernel>(k))) + kInCache) cached = k;
+      }
+    if (spec == nullptr && kernel < 0 && cached < 0) {
       const std::string known = known_fields(section);
       throw InvalidArgument(detail::make_string(
           here, "unknown field '", field, "'",
@@ -459,6 +468,8 @@ Preset parse_preset(std::string_view text, const std::string& origin) {
         *integer_slot(p, field) = static_cast<int>(v);
       } else if (kernel >= 0) {
         p.efficiency[kernel] = v;
+      } else if (cached >= 0) {
+        p.in_cache[cached] = v;
       } else {
         *number_slot(p, field) = v;
       }
@@ -499,9 +510,12 @@ void validate(const Preset& p) {
               p.links.peer_topology == PeerTopology::shared,
           where, "links.peer_topology ", static_cast<int>(p.links.peer_topology),
           " is not mesh, switched or shared");
-  for (int k = 0; k < kKernels; ++k)
-    check_range(where, full_name("efficiency", to_string(static_cast<Kernel>(k))), p.efficiency[k],
-                kEfficiency);
+  for (int k = 0; k < kKernels; ++k) {
+    const std::string key = to_string(static_cast<Kernel>(k));
+    check_range(where, full_name("efficiency", key), p.efficiency[k], kEfficiency);
+    if (p.in_cache[k] != 0)  // 0: not measured
+      check_range(where, full_name("efficiency", key + kInCache), p.in_cache[k], kEfficiency);
+  }
 }
 
 std::string to_text(const Preset& p) {
@@ -532,6 +546,9 @@ std::string to_text(const Preset& p) {
       << "nic_cpu_gbps = " << p.links.nic_cpu_gbps << "\n\n[efficiency]\n";
   for (int k = 0; k < kKernels; ++k)
     out << to_string(static_cast<Kernel>(k)) << " = " << p.efficiency[k] << "\n";
+  for (int k = 0; k < kKernels; ++k)
+    if (p.in_cache[k] != 0)
+      out << to_string(static_cast<Kernel>(k)) << kInCache << " = " << p.in_cache[k] << "\n";
   return out.str();
 }
 

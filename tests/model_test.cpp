@@ -17,6 +17,7 @@
 namespace fc = fusedcoll;
 namespace m = fusedcoll::model;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -240,6 +241,20 @@ TEST(Model, AWorkingSetInTheCacheByHand) {
   EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, mib / 2), 2e-6);
   EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, 0), 4e-6);
   EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::copy(1000), m::reduce(1000)}, 2, mib), 4e-6);
+  // A kernel with an in-cache figure: its operations at that fraction of the 1 GFLOP/s, its
+  // bytes at the cache's 4 GB/s, the longer. The f16 encode at 0.25: 2000 / 0.25e9 = 8 us
+  // against 6000 / 4e9 = 1.5 us. The fused owner step of a direct AllReduce (P = 4, above)
+  // counts 6000 bytes of encode but its 4000 operations: 16 us where its bytes alone, at the
+  // efficiency, give 3 us. From memory the figure changes nothing: (6000 / 2e9) / 0.5 = 6 us.
+  p.in_cache[static_cast<int>(m::Kernel::encode_f16)] = 0.25;
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::encode(fc::WireFormat::f16, 1000)), 8e-6);
+  p.in_cache[static_cast<int>(m::Kernel::encode_f16)] = 4;
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::encode(fc::WireFormat::f16, 1000)), 1.5e-6);
+  p.in_cache[static_cast<int>(m::Kernel::encode_f16)] = 0.25;
+  const auto fused = m::wire_reduce(fc::WireFormat::f16, 1000, false, 3, 1, 0, true);
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, fused[0]), 16e-6);
+  EXPECT_DOUBLE_EQ(m::seconds(p, m::encode(fc::WireFormat::f16, 1000)), 6e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {fused[0]}, 2, mib / 2), 16e-6);
 }
 
 TEST(Model, SharedNodeMemoryAndWholeDevicePassByHand) {
@@ -438,6 +453,26 @@ TEST(Model, RejectsBadFilesNamingTheField) {
                                 "MiB");
   EXPECT_THAT(parse_error(edit(good, "launch_us", "launch_us = 4\ncache_mib = 96")),
               HasSubstr("device.cache_mib = 96 needs device.cache_gbps, the cache's rate"));
+  // A kernel's in-cache figure: optional (0), in (0, 4], written back by to_text.
+  EXPECT_EQ(m::parse_preset(good, "test").in_cache_of(m::Kernel::decode_fp8), 0);
+  const std::string cached = good + "decode_fp8_in_cache = 0.35\n";
+  const m::Preset with_cached = m::parse_preset(cached, "test");
+  EXPECT_EQ(with_cached.in_cache_of(m::Kernel::decode_fp8), 0.35);
+  EXPECT_EQ(with_cached.in_cache_of(m::Kernel::encode_fp8), 0);
+  EXPECT_EQ(m::parse_preset(m::to_text(with_cached), "test").in_cache, with_cached.in_cache);
+  EXPECT_THAT(m::to_text(m::parse_preset(good, "test")), Not(HasSubstr("_in_cache")));
+  EXPECT_THAT(parse_error(good + "decode_fp8_in_cache = 0\n"),
+              HasSubstr("efficiency.decode_fp8_in_cache = 0 is out of range: it must be a number "
+                        "in (0, 4]"));
+  EXPECT_THAT(parse_error(good + "decode_fp8_in_cache = 5\n"),
+              HasSubstr("efficiency.decode_fp8_in_cache = 5 is out of range"));
+  EXPECT_THAT(parse_error(good + "decode_fp9_in_cache = 1\n"),
+              HasSubstr("unknown field 'efficiency.decode_fp9_in_cache'"));
+  EXPECT_THAT(parse_error(cached + "decode_fp8_in_cache = 0.4\n"),
+              HasSubstr("field 'efficiency.decode_fp8_in_cache' repeats line"));
+  m::Preset bad_cached = with_cached;
+  bad_cached.in_cache[static_cast<int>(m::Kernel::amax)] = -1;
+  EXPECT_THROW(m::validate(bad_cached), fc::InvalidArgument);
   EXPECT_THAT(parse_error(edit(packed, "gemm_pack_rows", "gemm_pack_rows = -1")),
               HasSubstr("device.gemm_pack_rows = -1 is out of range: it must be an integer in [0, "
                         "64]"));

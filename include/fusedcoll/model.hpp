@@ -218,8 +218,14 @@ struct Preset {
   /// `max(flops / cu_rate, bytes / cu_bandwidth) / efficiency`. Above 1 where a kernel moves its
   /// bytes faster than the copy that measured the bandwidth (a calibrated preset can say so).
   std::array<double, kKernels> efficiency{};
+  /// Optional, per kernel (`[efficiency]` key `<kernel>_in_cache`; 0: not measured): the fraction
+  /// of `cu_gflops` a kernel's operations reach with its working set in the cache, where no
+  /// memory bounds them (`cache_seconds`). A calibrated host preset gives it for the codecs and
+  /// `amax`, timed on cache-sized buffers.
+  std::array<double, kKernels> in_cache{};
 
   double efficiency_of(Kernel k) const { return efficiency[static_cast<int>(k)]; }
+  double in_cache_of(Kernel k) const { return in_cache[static_cast<int>(k)]; }
 };
 
 /// Seconds `w` takes on one compute unit of `p`'s device: its roofline over its efficiency, or
@@ -259,7 +265,9 @@ bool in_cache(const Preset& p, double working_set, int node_share);
 /// Seconds `w` takes on one compute unit with its bytes in the cache: its roofline with the
 /// unit's share of `cache_gbps` in place of `memory_gbps`, over the kernel's efficiency (measured
 /// against memcpy from memory, and kept: docs/simulation.md, "A working set in the cache"). A
-/// packed `gemm` tile (`Device::gemm_pack_rows`) keeps `seconds`.
+/// kernel with an in-cache figure (`Preset::in_cache`) instead takes the longer of its operations
+/// at that fraction of `cu_gflops` and its bytes at the cache's rate. A packed `gemm` tile
+/// (`Device::gemm_pack_rows`) keeps `seconds`.
 double cache_seconds(const Preset& p, const Work& w);
 /// Seconds a compute span doing `works` holds its compute unit: the sum of their `seconds`, or,
 /// where `node_share` devices of the run share the node's memory (0: none do, or the preset's
