@@ -7,11 +7,12 @@
 // Every mode runs a persistent grid of workgroups (oneTBB tasks) over the tiles, table by table
 // and within a table in the transport's destination order (rma: rank+1, rank+2, ..., local
 // last); where the transport wants data finished destination by destination (p2p, across hosts:
-// other hosts' ranks first), destination by destination and, for scale-out, block by block
-// within a destination, so that each slice is complete, and leaves, while the rest is computed
-// (order_for; mpi/transport.hpp). Workgroups poll the transport between tiles. No workgroup
-// waits for another: the waits for peers come after this rank's grid has sent everything, so the
-// grid's size never decides whether the call can finish.
+// other hosts' ranks first), scale-up goes destination by destination and scale-out, where its
+// wire time reaches its compute, destination by destination and block by block within a
+// destination, so that each slice is complete, and leaves, while the rest is computed
+// (order_for; mpi/transport.hpp; detail::embedding::scale_out_order). Workgroups poll the transport
+// between tiles. No workgroup waits for another: the waits for peers come after this rank's grid
+// has sent everything, so the grid's size never decides whether the call can finish.
 //
 // - scale_up (per-tile puts): a tile is pooled into this rank's staging area and each of its rows
 //   is put straight to its final position in the destination's receive area (laid out like the
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -47,21 +49,43 @@ namespace {
 
 using namespace fusedcoll::detail::embedding;  // Plan, Tile, kBagBlock, pool
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 struct Out {
   float* data = nullptr;
   std::int64_t s0 = 0, s1 = 0;
 };
 
-/// The tile order: where the transport wants data finished destination by destination (its wire
-/// time comparable to the compute), each destination's slice is finished whole, one after the
-/// other, and leaves (in pieces for scale-out) while the rest is computed; elsewhere puts are
-/// cheap and table-major's locality wins (the plan).
-Plan::Order order_for(const Runtime& rt, Mode mode) {
+/// kEmbeddingPoolWork's units in a call: the elements this rank gathers.
+double gathered_elements(const Plan& pl, const std::vector<EmbeddingTableShard>& shards) {
+  double rows = 0;
+  for (const EmbeddingTableShard& sh : shards) rows += static_cast<double>(sh.indices.numel());
+  return rows * static_cast<double>(pl.D);
+}
+
+/// The tile order. Where the transport wants data finished destination by destination (p2p:
+/// finished slices then leave while the rest is computed), scale-up finishes each destination's
+/// tiles in turn (it puts rows per tile anyway and keeps a table's tiles together), and scale-out
+/// follows the plan's scale_out_order: its bytes for other hosts' ranks at the rate this rank
+/// measured from each host (Transport::link_rate) against the call's pooling at the seconds per
+/// gathered element this rank's earlier calls took (Runtime::compute_seconds_per). Bytes within a
+/// host move at memory speed and count for nothing (one host over p2p: table-major). Elsewhere
+/// puts are cheap and table-major's locality wins.
+Plan::Order order_for(const Runtime& rt, const Plan& pl, Mode mode, double work) {
   if (!rt.transport().destination_by_destination()) return Plan::Order::table_major;
-  // Scale-out ships slices in pieces of whole sample blocks; scale-up puts rows per tile anyway
-  // and keeps a table's tiles together.
-  return mode == Mode::scale_out ? Plan::Order::destination_block_major
-                                 : Plan::Order::destination_major;
+  if (mode == Mode::scale_up) return Plan::Order::destination_major;
+  const std::vector<int>& host = rt.host_of();
+  double wire = 0;
+  for (int q = 0; q < pl.P; ++q) {
+    const double bytes = static_cast<double>(fbytes(pl.slice_floats(pl.me, q)));
+    if (host[q] == host[pl.me] || bytes == 0) continue;
+    const double rate = rt.transport().link_rate(q);
+    if (rate <= 0) return Plan::Order::table_major;  // unmeasured: whole slices measure it
+    wire += bytes / rate;
+  }
+  return scale_out_order(wire, work * rt.compute_seconds_per(kEmbeddingPoolWork));
 }
 
 /// The sources in the order their slices for this rank are expected to complete: by this
@@ -106,7 +130,7 @@ void run_scale_up(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableS
   rt.reserve(recv_at + fbytes(pl.recv_floats()));
   const int from = rt.slots("emb.from", P);
   const std::vector<Tile> tiles =
-      pl.fused_tiles(order_for(rt, Mode::scale_up), rt.transport().destinations(me));
+      pl.fused_tiles(order_for(rt, pl, Mode::scale_up, 0), rt.transport().destinations(me));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
   rt.launch(grid, [&](int w) {
@@ -184,7 +208,8 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   std::int64_t leaving = 0;  // bytes this rank sends to other hosts in this call
   for (int q = 0; q < P; ++q)
     if (host[q] != host[me]) leaving += static_cast<std::int64_t>(fbytes(pl.slice_floats(me, q)));
-  const Plan::Order order = order_for(rt, Mode::scale_out);
+  const double work = gathered_elements(pl, shards);
+  const Plan::Order order = order_for(rt, pl, Mode::scale_out, work);
   // Pieces need the blocks of a slice computed in sample order.
   const bool blocks = order == Plan::Order::destination_block_major;
   const std::int64_t block_bytes = static_cast<std::int64_t>(fbytes(kBagBlock * tpm * D));
@@ -206,6 +231,7 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
   const std::vector<Tile> tiles = pl.fused_tiles(order, rt.transport().destinations(me));
   const int grid = rt.grid_for(tiles.size());
   float* stage = rt.data_as<float>(stage_at);
+  const auto began = std::chrono::steady_clock::now();
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
@@ -238,6 +264,8 @@ void run_scale_out(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTable
       }
     }
   });
+  // The grid's wall time, its puts and polls included: what the call's compute costs this rank.
+  rt.add_compute_sample(kEmbeddingPoolWork, work, seconds_since(began));
   for (int p : sources_for(rt)) {
     if (p == me || pl.tiles(p, me) == 0) continue;
     rt.wait(arrive + p, rt.expect(arrive + p, 1),
@@ -259,6 +287,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
   float* local = rt.data_as<float>(0);
   const std::vector<Tile> tiles = pl.unfused_tiles();
   const int grid = rt.grid_for(tiles.size());
+  const auto began = std::chrono::steady_clock::now();
   rt.launch(grid, [&](int w) {
     for (std::size_t i = static_cast<std::size_t>(w); i < tiles.size();
          i += static_cast<std::size_t>(grid)) {
@@ -266,6 +295,7 @@ void run_unfused(Runtime& rt, const Plan& pl, const std::vector<EmbeddingTableSh
       pool(shards[tl.k], D, pl.pooling, tl.i0, tl.i1, local + (tl.i0 * tpm + tl.k) * D, tpm * D);
     }
   });
+  rt.add_compute_sample(kEmbeddingPoolWork, gathered_elements(pl, shards), seconds_since(began));
   // MPI counts are int: this baseline refuses what MPI_Alltoallv cannot express.
   std::vector<int> sc(P), sd(P), rc(P), rd(P);
   for (int q = 0; q < P; ++q) {

@@ -347,6 +347,11 @@ struct ChainFold {
 void run_chain(Runtime& rt, const Topology& t, std::int64_t count, const ChainFold& f,
                const std::string& key);
 
+/// EmbeddingAllToAll's pooling work for Runtime::compute_seconds_per: seconds per element
+/// gathered (every local bag of the global batch, whatever the mode), which scale-out's tile order
+/// weighs against its wire time.
+inline constexpr const char* kEmbeddingPoolWork = "embedding pool";
+
 void embedding_alltoall(Runtime& rt, const EmbeddingAllToAllArgs& args, Mode mode);
 void gemv_allreduce(Runtime& rt, const GemvAllReduceArgs& args, Mode mode);
 void gemm_alltoall(Runtime& rt, const GemmAllToAllArgs& args, Mode mode);

@@ -423,6 +423,22 @@ void Runtime::timeout(const std::string& what) {
                                          " s (FUSEDCOLL_TIMEOUT) ", activity_, " for ", what, who));
 }
 
+double Runtime::compute_seconds_per(const std::string& key) const {
+  const auto it = compute_.find(key);
+  return it != compute_.end() && it->second.units > 0 ? it->second.secs / it->second.units : 0.0;
+}
+
+void Runtime::add_compute_sample(const std::string& key, double units, double secs) {
+  if (units <= 0) return;
+  Work& w = compute_[key];
+  w.units = w.units / 2 + units;
+  w.secs = w.secs / 2 + secs;
+}
+
+void Runtime::assume_compute_seconds_per(const std::string& key, double secs_per_unit) {
+  compute_[key] = Work{1.0, secs_per_unit};
+}
+
 double Transport::link_rate(int peer) const {
   const std::size_t h = static_cast<std::size_t>(rt_.host_of()[static_cast<std::size_t>(peer)]);
   return h < host_links_.size() && host_links_[h].secs > 0

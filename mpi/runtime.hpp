@@ -206,6 +206,17 @@ class Runtime {
   char* call_buffer() const noexcept { return call_buffer_; }
   std::size_t call_bytes() const noexcept { return call_bytes_; }
 
+  /// Seconds per unit of work of the kernel named `key` on this rank, as its earlier calls
+  /// measured it (add_compute_sample; sums halved at every sample, as Transport::link_rate's, so
+  /// one noisy call does not decide), or 0 until measured. An operator's estimate of a call's
+  /// compute before it chooses how to send, as the link rate is of its wire time. Host thread.
+  double compute_seconds_per(const std::string& key) const;
+  /// Adds one call's sample: `units` of `key`'s work took `secs`.
+  void add_compute_sample(const std::string& key, double units, double secs);
+  /// Sets compute_seconds_per as if measured (later samples go on from it): for tests of both
+  /// sides of a decision taken on it.
+  void assume_compute_seconds_per(const std::string& key, double secs_per_unit);
+
   /// Workgroups of a persistent kernel over `work` items: at least one, at most the grid size.
   int grid_for(std::size_t work) const {
     return static_cast<int>(std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(wgs_)));
@@ -267,6 +278,10 @@ class Runtime {
   std::size_t call_bytes_ = 0;
   bool failed_ = false;
   bool in_agreement_ = false;
+  struct Work {
+    double units = 0, secs = 0;  // decayed sums
+  };
+  std::map<std::string, Work> compute_;  // compute_seconds_per's samples; host thread
   // tracing
   std::string trace_path_;  // this rank's file; empty: off
   std::chrono::steady_clock::time_point trace_origin_;

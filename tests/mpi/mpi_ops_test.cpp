@@ -94,8 +94,9 @@ TEST(MpiEmbeddingAllToAll, LargerThanTheInitialWindow) {
 TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
   // Over p2p scale-out may ship slices for other hosts in pieces of whole 16-sample blocks as
   // they complete (mpi/embedding_alltoall.cpp; which it does follows the link it measured, so
-  // PiecesFollowTheLinkRate forces both): batches of 530-777 samples make slices of 1.0-1.5 MiB
-  // (8 local tables, D = 64) whose last piece is short, beside a 100-sample destination.
+  // OrderAndPiecesFollowTheLinkRate forces both): batches of 530-777 samples make slices of
+  // 1.0-1.5 MiB (8 local tables, D = 64) whose last piece is short, beside a 100-sample
+  // destination.
   EmbeddingProblem pb = EmbeddingProblem::dlrm(world_size());
   const std::int64_t batches[] = {600, 530, 100, 777};
   for (int q = 0; q < world_size(); ++q) pb.batch_sizes[static_cast<std::size_t>(q)] = batches[q % 4];
@@ -104,26 +105,33 @@ TEST(MpiEmbeddingAllToAll, LargeSlicesLeaveInPieces) {
   every_mode(pb, on_world());
 }
 
-TEST(MpiEmbeddingAllToAll, PiecesFollowTheLinkRate) {
-  // Over p2p scale-out ships a slice for another host in pieces when the link the sender
-  // measured would take long enough to carry its bytes there, else whole
-  // (mpi/embedding_alltoall.cpp, Transport::piece_bytes in mpi/p2p.cpp). Both sides forced
-  // through Transport::assume_link_rate, on a small problem and on LargeSlicesLeaveInPieces's:
-  // at 1 MB/s every slice for another host goes in pieces, the short last one included, at
-  // 1 TB/s every slice goes whole. Where all ranks share a host (the runs without
-  // FUSEDCOLL_MPI_HOSTS) nothing is cut either way.
+TEST(MpiEmbeddingAllToAll, OrderAndPiecesFollowTheLinkRate) {
+  // Over p2p scale-out's tile order follows detail::embedding::scale_out_order, from the link
+  // rate the sender measured and the seconds per gathered element its pooling took
+  // (mpi/embedding_alltoall.cpp); in destination-block-major order it ships a slice for another
+  // host in pieces when the link would take long enough to carry its bytes there, else whole
+  // (Transport::piece_bytes in mpi/p2p.cpp). All forced through Transport::assume_link_rate and
+  // Runtime::assume_compute_seconds_per, on a small problem and on LargeSlicesLeaveInPieces's:
+  // a 1 MB/s link against 1 ns per element is destination-block-major, every slice for another
+  // host in pieces, the short last one included; 1 TB/s is table-major, and so is 1 MB/s against
+  // 1 s per element, every slice whole. Where all ranks share a host (the runs without
+  // FUSEDCOLL_MPI_HOSTS) nothing is cut, but the order is the same. Each call's own sample moves
+  // the compute figure by half at most, which leaves each side of the rule where it was.
   EmbeddingProblem large = EmbeddingProblem::dlrm(world_size());
   const std::int64_t batches[] = {600, 530, 100, 777};
   for (int q = 0; q < world_size(); ++q)
     large.batch_sizes[static_cast<std::size_t>(q)] = batches[q % 4];
   large.table_rows.assign(large.table_rows.size(), 500);
   large.max_bag = 4;
-  for (const double rate : {1e6, 1e12}) {
+  const std::pair<double, double> sides[] = {{1e6, 1e-9}, {1e12, 1e-9}, {1e6, 1.0}};
+  for (const auto& [rate, per_element] : sides) {
     fusedcoll::mpi::Runtime rt(MPI_COMM_WORLD, {});
-    for (int p = 0; p < rt.size(); ++p) rt.transport().assume_link_rate(p, rate);
     for (const EmbeddingProblem& pb : {emb_problem(world_size(), 1, 71), large}) {
+      for (int p = 0; p < rt.size(); ++p) rt.transport().assume_link_rate(p, rate);
+      rt.assume_compute_seconds_per(fusedcoll::mpi::kEmbeddingPoolWork, per_element);
       OpCase<EmbeddingProblem> c(pb, Mode::scale_out);
-      SCOPED_TRACE(c.what() + " link " + std::to_string(rate) + " B/s");
+      SCOPED_TRACE(c.what() + " link " + std::to_string(rate) + " B/s, " +
+                   std::to_string(per_element) + " s per element");
       fusedcoll::mpi::embedding_alltoall(rt, c.args[static_cast<std::size_t>(me())],
                                          Mode::scale_out);
       rt.end_call();

@@ -162,6 +162,31 @@ struct Plan {
   }
 };
 
+/// Where a transport wants data finished destination by destination (the MPI backend's p2p, the
+/// one that crosses hosts), scale-out chooses between finishing slices one after another so that
+/// each leaves, in pieces, while the rest is computed (destination_block_major) and table_major's
+/// locality and fewer, larger messages, by this share of the call's compute its wire time must
+/// reach. 2 x 2 ranks on the 2-vCPU VM, 1 and 4 MiB (docs/results/embedding-order.md): where the
+/// backend read wire / compute at 0.21-0.48 (median per setting; unshaped, 10 Gbit/s), fused /
+/// unfused was 1.03-1.11 table-major against 1.23-1.42 destination-block-major; at 1 Gbit/s
+/// (2.6-3.5) destination-block-major kept its 0.76-0.78. 1: the order that overlaps once the
+/// link, not the compute, bounds the call; the single calls read nearest it were 1.46 (unshaped
+/// 1 MiB) and 0.88 (1 Gbit/s).
+inline constexpr double kSlicesLeaveEarlyAt = 1.0;
+
+/// Scale-out's tile order over a destination-by-destination transport, from the call's wire
+/// seconds (its bytes for other ranks at the rates of their links) and compute seconds (its
+/// pooling): destination_block_major once the wire takes kSlicesLeaveEarlyAt of the compute or
+/// more, else table_major. Either figure unknown (0): table_major, whose whole slices are what
+/// lets a transport measure its links. The one rule the MPI backend runs with its measured
+/// figures and the simulator prices with a preset's.
+inline Plan::Order scale_out_order(double wire_seconds, double compute_seconds) {
+  return wire_seconds > 0 && compute_seconds > 0 &&
+                 wire_seconds >= kSlicesLeaveEarlyAt * compute_seconds
+             ? Plan::Order::destination_block_major
+             : Plan::Order::table_major;
+}
+
 /// Pools bags `[b0, b1)` (global sample ids) of one local table into `out` (row stride
 /// `out_stride` floats) with the shared CPU kernel: the compute of a tile on the CPU backends.
 inline void pool(const EmbeddingTableShard& sh, std::int64_t dim, PoolingMode mode, std::int64_t b0,
