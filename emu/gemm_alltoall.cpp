@@ -239,6 +239,8 @@ void gemm_alltoall(Rank& rk, const GemmAllToAllArgs& args, Mode mode) {
   const std::string name = std::string("gemm_alltoall ") + to_string(mode);
   const auto all = enter(rk, name, args);
   const Plan pl(args, rk.rank(), rk.size());
+  // The cost model's cache term; the staging and receive scratch count themselves.
+  rk.declare_working_set(pl.user_bytes());
   // Exchanging output addresses stands for registering / IPC-mapping the peers' outputs: scale_up
   // stores straight into them. Nothing else of another rank is read.
   std::vector<OutRef> outs(static_cast<std::size_t>(pl.P));

@@ -47,17 +47,20 @@ std::vector<double> run_fused_tiles(const Cluster& c, Kernel& k, std::size_t til
 
 /// GemmAllToAll's first touches (emu/gemm_alltoall.cpp, Touched): a kernel's first tile on each
 /// weight panel reads it from memory. Tiles are priced in claim order; one per kernel.
+/// `working_set`: the call's (detail::gemm::Plan::working_set_bytes), as the emulator declares it.
 class Panels {
  public:
-  explicit Panels(const detail::gemm::Plan& pl)
-      : pl_(pl), seen_(static_cast<std::size_t>(std::max<std::int64_t>(1, pl.panels())), 0) {}
+  Panels(const detail::gemm::Plan& pl, double working_set)
+      : pl_(pl), working_set_(working_set),
+        seen_(static_cast<std::size_t>(std::max<std::int64_t>(1, pl.panels())), 0) {}
   Cost cost(const Cluster& c, const detail::gemm::Tile& t) {
     const bool first = std::exchange(seen_[static_cast<std::size_t>(pl_.panel_of(t))], 1) == 0;
-    return cost_of(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl_.K, first));
+    return cost_of(c, model::gemm(t.r1 - t.r0, t.n1 - t.n0, pl_.K, first), working_set_);
   }
 
  private:
   const detail::gemm::Plan& pl_;
+  double working_set_;
   std::vector<char> seen_;
 };
 
@@ -78,13 +81,13 @@ Kernel::Kernel(const Cluster& c, std::size_t work)
                                         static_cast<std::size_t>(cus(c)))),
       cu_(static_cast<std::size_t>(cus(c)), 0.0) {}
 
-Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works) {
+Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works, double working_set) {
   // Every node of the cluster is full: G devices share a node's memory where the preset's
   // devices are cores of one machine (model::shares_node_memory), as the emulator's do.
   const int share = model::shares_node_memory(c.preset) ? c.preset.links.gpus_per_node : 0;
   double latency = 0;
   for (const model::Work& w : works) latency += model::latency_seconds(c.preset, w);
-  return {model::span_seconds(c.preset, works, share), latency};
+  return {model::span_seconds(c.preset, works, share, working_set), latency};
 }
 
 void Kernel::track_workgroups() {
@@ -158,9 +161,11 @@ double Kernel::makespan() const {
 double Kernel::seconds() const { return launch(*c_) + makespan(); }
 
 double copy_kernel(const Cluster& c, std::size_t work,
-                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes) {
+                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes,
+                   double working_set) {
   Kernel k(c, work);
-  for (int w = 0; w < k.grid(); ++w) k.add(w, cost_of(c, model::copy(bytes(w, k.grid()))));
+  for (int w = 0; w < k.grid(); ++w)
+    k.add(w, cost_of(c, model::copy(bytes(w, k.grid())), working_set));
   return k.makespan();
 }
 
@@ -263,7 +268,7 @@ Program embedding_program(const EmbeddingProblem& pb, const Cluster& c, int rank
 double expert_kernel_seconds(const detail::gemm::Plan& pl, const Cluster& c) {
   const std::vector<detail::gemm::Tile> tiles = pl.unfused_tiles();
   Kernel k(c, tiles.size());
-  Panels panels(pl);
+  Panels panels(pl, double(pl.working_set_bytes(Mode::unfused)));
   for (const detail::gemm::Tile& t : tiles) k.claim(panels.cost(c, t));
   return k.seconds();
 }
@@ -279,6 +284,7 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
   const Plan pl(a, rank, c.ranks());
   const int P = pl.P, me = pl.me;
   const std::int64_t N = pl.N;
+  const double working_set = double(pl.working_set_bytes(mode));
   auto slice_bytes = [&](int h, int s) {
     return pl.rows[static_cast<std::size_t>(h)][static_cast<std::size_t>(s)] * N * 4;
   };
@@ -293,13 +299,13 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
       std::int64_t rows = 0;
       for (int h = 0; h < P; ++h) rows += pl.unpack_rows(h, w, g);
       return rows * N * 4;
-    });
+    }, working_set);
     prog.push_back(std::move(x));
     return prog;
   }
   const std::vector<Tile> tiles = pl.fused_tiles();
   Kernel k(c, tiles.size());
-  Panels panels(pl);
+  Panels panels(pl, working_set);
   Step x = exchange_step("gemm_alltoall");
   const std::vector<double> slice_end = run_fused_tiles(c, k, tiles.size(), me, P, mode, x, [&](std::size_t i) {
     const Tile& t = tiles[i];
@@ -314,7 +320,7 @@ Program gemm_program(const GemmProblem& pb, const Cluster& c, int rank, Mode mod
       for (int h = 0; h < P; ++h)
         if (h != me && pl.tiles(h, me) > 0) rows += pl.unpack_rows(h, w, g);
       return rows * N * 4;
-    });
+    }, working_set);
   }
   prog.push_back(std::move(x));
   return prog;

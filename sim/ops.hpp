@@ -37,9 +37,13 @@ struct Cost {
 };
 /// A compute span doing `works` on a device of `c`, as the emulator prices one: its unit's time
 /// (`model::span_seconds`, a node's memory shared by its G devices where the preset says so)
-/// and its latency (`model::latency_seconds`, summed).
-Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works);
-inline Cost cost_of(const Cluster& c, const model::Work& w) { return cost_of(c, {w}); }
+/// and its latency (`model::latency_seconds`, summed). `working_set`: the bytes the kernel's
+/// device works over, call after call (0: undeclared), for the cache term (`model::in_cache`), as
+/// the emulator's `Rank::declare_working_set`.
+Cost cost_of(const Cluster& c, std::initializer_list<model::Work> works, double working_set = 0);
+inline Cost cost_of(const Cluster& c, const model::Work& w, double working_set = 0) {
+  return cost_of(c, {w}, working_set);
+}
 
 /// A persistent kernel on one device as the emulator runs it: grid = detail::persistent_grid(work,
 /// resident workgroups), workgroup w on compute unit w mod CUs (emu/ops.hpp `grid_for`,
@@ -79,9 +83,10 @@ class Kernel {
 
 /// The makespan of a copy kernel over `work` items whose workgroup w of `grid` copies
 /// `bytes(w, grid)` bytes: the unpacks after an exchange (no launch: they run in the kernel that
-/// waited).
+/// waited). `working_set` as `cost_of`'s.
 double copy_kernel(const Cluster& c, std::size_t work,
-                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes);
+                   const std::function<std::int64_t(std::int64_t w, std::int64_t grid)>& bytes,
+                   double working_set = 0);
 
 // --- EmbeddingAllToAll --------------------------------------------------------------------------
 

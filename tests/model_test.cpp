@@ -166,6 +166,14 @@ TEST(Model, PackedGemmTileByHand) {
   EXPECT_TRUE(m::gemm(5, 10, 10, true).first_touch);
   EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(5, 10, 10, true)), 1.6e-6 + 3.2e-6);
   EXPECT_DOUBLE_EQ(m::seconds(p, g), 3.4e-6);
+  // With the kernel's working set in the cache, a first touch packs as a warm tile: the previous
+  // call left the panel there. The arithmetic is the same.
+  p.device.cache_mib = 1;
+  p.device.cache_gbps = 8;
+  EXPECT_DOUBLE_EQ(m::cache_seconds(p, m::gemm(5, 10, 10, true)), 3.4e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::gemm(5, 10, 10, true)}, 0, 1000), 3.4e-6);
+  EXPECT_DOUBLE_EQ(m::span_seconds(p, {m::gemm(5, 10, 10, true)}, 0, 2 << 20), 1.6e-6 + 3.2e-6);
+  p.device.cache_mib = 0;
   p.device.gemm_pack_rows = 0;  // the roofline knows no packing
   EXPECT_DOUBLE_EQ(m::seconds(p, m::gemm(5, 10, 10, true)), 2e-6);
   p.device.gemm_pack_rows = 4;

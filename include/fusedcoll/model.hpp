@@ -169,8 +169,9 @@ struct Work {
   /// `Device::gemm_pack_rows` prices instead of the roofline.
   std::int64_t rows = 0, cols = 0, k = 0;
   /// A `gemm` tile whose panel of B its kernel has not used before on this device: its packing
-  /// reads the panel from memory (`Device::gemm_cold_gbps`). The kernel's working set (its
-  /// experts' weights) is assumed to exceed the cache, as between two calls of an operator.
+  /// reads the panel from memory (`Device::gemm_cold_gbps`), unless the kernel's working set (its
+  /// experts' weights among it) is `in_cache` (`cache_seconds`): then the previous call left it
+  /// there.
   bool first_touch = false;
 };
 
@@ -267,7 +268,8 @@ bool in_cache(const Preset& p, double working_set, int node_share);
 /// against memcpy from memory, and kept: docs/simulation.md, "A working set in the cache"). A
 /// kernel with an in-cache figure (`Preset::in_cache`) instead takes the longer of its operations
 /// at that fraction of `cu_gflops` and its bytes at the cache's rate. A packed `gemm` tile
-/// (`Device::gemm_pack_rows`) keeps `seconds`.
+/// (`Device::gemm_pack_rows`) keeps `seconds`, with its panel packed as a warm one's even on the
+/// kernel's first touch (`Work::first_touch`).
 double cache_seconds(const Preset& p, const Work& w);
 /// Seconds a compute span doing `works` holds its compute unit: the sum of their `seconds`, or,
 /// where `node_share` devices of the run share the node's memory (0: none do, or the preset's

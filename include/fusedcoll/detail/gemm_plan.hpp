@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusedcoll/communicator.hpp"  // Mode
 #include "fusedcoll/detail/kernels.hpp"
 #include "fusedcoll/detail/schedule.hpp"
 #include "fusedcoll/gemm_alltoall.hpp"
@@ -147,6 +148,24 @@ struct Plan {
     std::int64_t n = 0;
     for (int h = 0; h < P; ++h) n += rows[h][me];
     return n;
+  }
+  /// The bytes of this rank's own buffers a call works over: its local experts' weights and the
+  /// rows routed to them, and its output (the rows every host computes for it). The cost model's
+  /// cache test reads it (model::in_cache), with the staging and receive areas of the modes that
+  /// use them (`working_set_bytes`): calls reuse these buffers, so where every rank's set fits in
+  /// the cache a kernel's first tile on a weight panel finds it there, not in memory.
+  std::size_t user_bytes() const {
+    std::int64_t rows_in = 0;
+    for (int e : experts_of[me])
+      for (int s = 0; s < P; ++s) rows_in += c(s, e);
+    const auto experts = static_cast<std::int64_t>(experts_of[me].size());
+    return static_cast<std::size_t>(experts * K * N + rows_in * K + received_rows() * N) *
+           sizeof(float);
+  }
+  /// `user_bytes` and, in the modes that stage slices (scale_out, unfused), the staging and
+  /// receive areas: what the emulator counts as the call's working set (its scratch included).
+  std::size_t working_set_bytes(Mode mode) const {
+    return user_bytes() + (mode == Mode::scale_up ? 0 : stage_bytes() + recv_bytes());
   }
   /// Work items of the unfused All-to-All kernel: one per received row (the reorder into expert
   /// order is a device-wide copy, as EmbeddingAllToAll's), at least one per peer (workgroup j puts
