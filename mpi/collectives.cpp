@@ -76,7 +76,7 @@ void gather_chunks(Runtime& rt, std::size_t gather_at, const AllReduceArgs& a,
     }
     rt.put_buffer(land[q].id, q, static_cast<std::size_t>(land[q].offset) + at_mine, fin, bytes);
     rt.flush_buffer(land[q].id, q);
-  });
+  }, Runtime::Sources::kept);  // the finished chunk stays as it is until the call ends
   wait_from(rt, out, peers_of(pl.collect, me), "all_reduce.out");
   const Runtime::Span span(rt, "copy out");
   if (land[me].id >= 0)
@@ -100,10 +100,12 @@ void all_reduce_direct(Runtime& rt, const AllReduceArgs& a, const std::vector<La
   rt.reserve(gather_at + nbytes(a.count, es));
   const int in = rt.slots("all_reduce.in", rt.size());
   // Reduce-scatter: chunk c of our send buffer goes to owner c's inbox, row me.
+  // `send` stays as it is until owner c has the chunk: in place, recv (the same memory) is only
+  // written once the owners' gathered chunks arrive, each after its owner took this rank's.
   put_each(rt, nbytes(a.count, es), in, peers_of(pl.scatter, me), [&](int c) {
     rt.put(c, inbox_at + nbytes(pl.inbox_at(me), es), at(a.send, pl.parts.off[c], es),
            nbytes(pl.parts.len[c], es));
-  });
+  }, Runtime::Sources::kept);
   wait_from(rt, in, pl.part_peers(), "all_reduce.in");
   {
     const Runtime::Span span(rt, "fold");
@@ -276,8 +278,10 @@ bool relay_results(const Runtime& rt, const Topology& t) {
 }
 
 void put_to(Runtime& rt, const std::vector<int>& peers, std::size_t offset, const void* src,
-            std::size_t bytes, int slot) {
-  put_each(rt, bytes * peers.size(), slot, peers, [&](int q) { rt.put(q, offset, src, bytes); });
+            std::size_t bytes, int slot, Runtime::Sources sources) {
+  put_each(
+      rt, bytes * peers.size(), slot, peers, [&](int q) { rt.put(q, offset, src, bytes); },
+      sources);
 }
 
 void wait_from(Runtime& rt, int slot, const std::vector<int>& peers, const char* what) {

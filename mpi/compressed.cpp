@@ -139,7 +139,7 @@ void owner_reduce(Runtime& rt, const std::string& key, std::size_t base, const f
       }
       if (q == me) continue;
       rt.put(q, inbox_at + wbytes(pl.inbox_at(me), plan), enc, wbytes(len[q], plan));
-      rt.signal(q, in + me);
+      rt.signal(q, in + me, 1, Runtime::Sources::kept);  // the staging area is not written again
     }
   });
   wait_from(rt, in, pl.part_peers(), key.c_str());
@@ -180,7 +180,7 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, const OwnerPlan& pl, con
     auto put_chunk = [&](int q, int c, int slot) {
       rt.put(q, gather_at + wbytes(parts.off[c], plan), gathered + wbytes(parts.off[c], plan),
              wbytes(parts.len[c], plan));
-      rt.signal(q, slot + me);
+      rt.signal(q, slot + me, 1, Runtime::Sources::kept);  // gathered chunks stay as they are
     };
     for (int h = 0; h < t.hosts(); ++h)
       if (h != mine_h) put_chunk(t.relay(h, me), me, out);
@@ -206,7 +206,8 @@ void gather_encoded(Runtime& rt, std::size_t gather_at, const OwnerPlan& pl, con
     return;
   }
   put_to(rt, pl.part_peers(), gather_at + wbytes(parts.off[me], plan),
-         gathered + wbytes(parts.off[me], plan), wbytes(parts.len[me], plan), out);
+         gathered + wbytes(parts.off[me], plan), wbytes(parts.len[me], plan), out,
+         Runtime::Sources::kept);
   for (const Item& it : pl.collect) {
     const int p = it.peer;
     rt.wait(out + p, rt.expect(out + p, 1), detail::make_string("all_reduce.wire.out[", p, "]"));

@@ -268,29 +268,32 @@ constexpr std::int64_t kFoldPiece = 1 << 15;
 /// order); then `slot + me` is signalled on q. Peers are spread over the workgroups when `bytes`
 /// (the total) is worth waking them for; a single workgroup signals every peer after its last put
 /// with one pair of MPI_Win_flush_all calls instead of two flushes per peer (each a trip through
-/// Open MPI's progress loop, which yields the core when ranks outnumber cores).
+/// Open MPI's progress loop, which yields the core when ranks outnumber cores). `sources`: kept
+/// where the puts' sources stay untouched until the call ends (the signal then need not wait for
+/// the peer to take the data: Runtime::signal).
 template <class Put>
-void put_each(Runtime& rt, std::size_t bytes, int slot, const std::vector<int>& peers, Put&& put) {
+void put_each(Runtime& rt, std::size_t bytes, int slot, const std::vector<int>& peers, Put&& put,
+              Runtime::Sources sources = Runtime::Sources::reused) {
   const int me = rt.rank(), n = static_cast<int>(peers.size());
   if (n == 0) return;
   const int grid = rt.grid_for_bytes(bytes, static_cast<std::size_t>(n));
   if (grid == 1) {
     for (int q : peers) put(q);
-    rt.signal_all(peers, slot + me);
+    rt.signal_all(peers, slot + me, 1, sources);
     return;
   }
   rt.launch(grid, [&](int w) {
     for (int j = w; j < n; j += grid) {
       put(peers[j]);
-      rt.signal(peers[j], slot + me);
+      rt.signal(peers[j], slot + me, 1, sources);
     }
   });
 }
 
 /// Puts `bytes` at `src` into region offset `offset` of each of `peers` and signals `slot + me`
-/// there (put_each).
+/// there (put_each, with its `sources`).
 void put_to(Runtime& rt, const std::vector<int>& peers, std::size_t offset, const void* src,
-            std::size_t bytes, int slot);
+            std::size_t bytes, int slot, Runtime::Sources sources = Runtime::Sources::reused);
 
 /// Waits for one signal on `slot + p` from each of `peers`.
 void wait_from(Runtime& rt, int slot, const std::vector<int>& peers, const char* what);

@@ -104,8 +104,9 @@ class P2p final : public Transport {
   // The next signal to `peer` is applied only after this put has landed.
   void flush_buffer(int, int) override {}
   void signal(int peer, int slot, std::uint64_t add, Sources sources) override;
-  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) override {
-    for (int peer : peers) signal(peer, slot, add, Sources::reused);
+  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add,
+                  Sources sources) override {
+    for (int peer : peers) signal(peer, slot, add, sources);
   }
   std::uint64_t read_slot(int slot) override {
     progress();

@@ -94,7 +94,7 @@ class Rma final : public Transport {
     FC_CHECK_MPI(MPI_Win_flush(peer, win_));
   }
 
-  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) override {
+  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add, Sources) override {
     FC_CHECK_MPI(MPI_Win_flush_all(win_));
     for (int peer : peers)
       FC_CHECK_MPI(MPI_Accumulate(&add, 1, MPI_UINT64_T, peer, slot_disp(slot), 1, MPI_UINT64_T,

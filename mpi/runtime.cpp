@@ -284,10 +284,11 @@ void Runtime::signal(int peer, int slot, std::uint64_t add, Sources sources) {
   transport_->signal(peer, slot, add, sources);
 }
 
-void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) {
+void Runtime::signal_all(const std::vector<int>& peers, int slot, std::uint64_t add,
+                         Sources sources) {
   if (peers.empty()) return;
   const Span span(*this, "signal");
-  transport_->signal_all(peers, slot, add);
+  transport_->signal_all(peers, slot, add, sources);
 }
 
 void Runtime::wait(int slot, std::uint64_t target, const std::string& what) {

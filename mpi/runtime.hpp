@@ -172,7 +172,8 @@ class Runtime {
   void poll() { transport_->poll(); }
   /// `signal(peer, slot, add)` for every peer in `peers`, with two MPI_Win_flush_all calls in all
   /// instead of two flushes per peer: for a rank that has just put to all of them in one go.
-  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add = 1);
+  void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add = 1,
+                  Sources sources = Sources::reused);
   /// Polls this rank's `slot` until it reaches `target`, driving MPI progress meanwhile; throws
   /// `TimeoutError` naming rank, slot, `what`, expected and current value past FUSEDCOLL_TIMEOUT.
   /// On return the data the signallers put before signalling is visible to this thread.

@@ -65,7 +65,8 @@ class Transport {
   /// Completes this thread's puts into `peer`'s symmetric buffer `buffer` at the target.
   virtual void flush_buffer(int buffer, int peer) = 0;
   virtual void signal(int peer, int slot, std::uint64_t add, Sources sources) = 0;
-  virtual void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add) = 0;
+  virtual void signal_all(const std::vector<int>& peers, int slot, std::uint64_t add,
+                          Sources sources) = 0;
   /// The current value of this rank's `slot`, driving progress.
   virtual std::uint64_t read_slot(int slot) = 0;
   /// Before this rank blocks (a wait, the argument exchange): nothing a peer waits for may stay
