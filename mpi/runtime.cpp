@@ -426,39 +426,32 @@ void Runtime::timeout(const std::string& what) {
 
 double Runtime::compute_seconds_per(const std::string& key) const {
   const auto it = compute_.find(key);
-  return it != compute_.end() && it->second.units > 0 ? it->second.secs / it->second.units : 0.0;
+  return it != compute_.end() ? it->second.seconds_per_work() : 0.0;
 }
 
 void Runtime::add_compute_sample(const std::string& key, double units, double secs) {
-  if (units <= 0) return;
-  Work& w = compute_[key];
-  w.units = w.units / 2 + units;
-  w.secs = w.secs / 2 + secs;
+  if (units > 0) compute_[key].add(units, secs);
 }
 
 void Runtime::assume_compute_seconds_per(const std::string& key, double secs_per_unit) {
-  compute_[key] = Work{1.0, secs_per_unit};
+  compute_[key] = DecayedRate{1.0, secs_per_unit};
 }
 
 double Transport::link_rate(int peer) const {
   const std::size_t h = static_cast<std::size_t>(rt_.host_of()[static_cast<std::size_t>(peer)]);
-  return h < host_links_.size() && host_links_[h].secs > 0
-             ? host_links_[h].bytes / host_links_[h].secs
-             : 0.0;
+  return h < host_links_.size() ? host_links_[h].work_per_second() : 0.0;
 }
 
 void Transport::assume_link_rate(int peer, double bytes_per_s) {
   const std::size_t h = static_cast<std::size_t>(rt_.host_of()[static_cast<std::size_t>(peer)]);
   if (host_links_.size() <= h) host_links_.resize(h + 1);
-  host_links_[h] = HostLink{bytes_per_s, 1.0};
+  host_links_[h] = DecayedRate{bytes_per_s, 1.0};
 }
 
 void Transport::add_link_samples(const std::vector<double>& bytes, const std::vector<double>& secs) {
   if (host_links_.size() < bytes.size()) host_links_.resize(bytes.size());
   for (std::size_t h = 0; h < bytes.size(); ++h) {
-    if (bytes[h] == 0) continue;
-    host_links_[h].bytes = host_links_[h].bytes / 2 + bytes[h];
-    host_links_[h].secs = host_links_[h].secs / 2 + secs[h];
+    if (bytes[h] != 0) host_links_[h].add(bytes[h], secs[h]);
   }
 }
 

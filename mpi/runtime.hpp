@@ -279,10 +279,7 @@ class Runtime {
   std::size_t call_bytes_ = 0;
   bool failed_ = false;
   bool in_agreement_ = false;
-  struct Work {
-    double units = 0, secs = 0;  // decayed sums
-  };
-  std::map<std::string, Work> compute_;  // compute_seconds_per's samples; host thread
+  std::map<std::string, DecayedRate> compute_;  // compute_seconds_per's samples; host thread
   // tracing
   std::string trace_path_;  // this rank's file; empty: off
   std::chrono::steady_clock::time_point trace_origin_;

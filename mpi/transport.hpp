@@ -27,6 +27,20 @@ class Runtime;
 /// peer to take the data, and `end_call` completes the sends).
 enum class Sources { reused, kept };
 
+/// A rate measured call after call: sums of work and of seconds, both halved at every sample, so
+/// that recent calls weigh most and one noisy call does not decide. The links' bytes per second
+/// (Transport::link_rate) and the kernels' seconds per unit of work
+/// (Runtime::compute_seconds_per).
+struct DecayedRate {
+  double work = 0, secs = 0;
+  void add(double w, double s) {
+    work = work / 2 + w;
+    secs = secs / 2 + s;
+  }
+  double work_per_second() const { return secs > 0 ? work / secs : 0.0; }
+  double seconds_per_work() const { return work > 0 ? secs / work : 0.0; }
+};
+
 class Transport {
  public:
   /// Names the data area in `put` and `flush_buffer`; any other id is a symmetric buffer's, or
@@ -121,10 +135,7 @@ class Transport {
   Runtime& rt_;
 
  private:
-  struct HostLink {
-    double bytes = 0, secs = 0;  // decayed sums
-  };
-  std::vector<HostLink> host_links_;  // per host; host thread
+  std::vector<DecayedRate> host_links_;  // per host, bytes; host thread
 };
 
 /// The transports (mpi/rma.cpp, mpi/p2p.cpp), for `rt` once its communicator and hosts are set.
